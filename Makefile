@@ -1,0 +1,31 @@
+# real2sim2real_ros: the two commands are `make demo` and `make test`; both set up first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+ENV := scripts/env.sh
+
+.PHONY: help setup test lint demo bench clean
+
+help:
+	@echo "make setup   venv with pinned ROS 2 Kilted wheels + stack, colcon build (idempotent)"
+	@echo "make test    lint + every test (unit, launch, multi-process DDS integration)"
+	@echo "make demo    bring up the graph with the emulated cell and run the main job"
+	@echo "make bench   speed and accuracy figures (printed; see README results table)"
+
+setup:
+	@bash scripts/setup.sh
+
+lint: setup
+	@$(ENV) bash scripts/lint.sh
+
+test: setup
+	@$(ENV) bash scripts/lint.sh
+	@$(ENV) python -m pytest real2sim2real_ros/test
+
+demo: setup
+	@$(ENV) python -m real2sim2real_ros.demo
+
+bench: setup
+	@$(ENV) python -m real2sim2real_ros.bench
+
+clean:
+	rm -rf build install log

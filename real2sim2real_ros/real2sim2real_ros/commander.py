@@ -1,0 +1,207 @@
+"""Operator facade over the graph, in the manner of nav2_simple_commander.
+
+Scripts, the ``r2s2r`` CLI, the demo and the integration tests all drive the nodes through
+this class: it calls the nodes' real services and actions over DDS and nothing else.
+
+    from real2sim2real_ros.commander import Commander
+    with Commander() as cmd:
+        cmd.wait_until_up(timeout=30)
+        cmd.arm()
+        result = cmd.execute_trajectory(names, points, feedback=print)
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import rclpy
+from rclpy.action import ActionClient
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+
+from real2sim2real_msgs.action import ExecuteTrajectory
+from real2sim2real_msgs.srv import GetStatus, ResetObjects
+from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from .ros_time import duration_msg
+
+# What a complete graph offers, per node: (services, actions). Relative to the namespace.
+GRAPH = {
+    'emulated_cell': (['emulated_cell/reset_objects'], []),
+    'robot_executor': (
+        ['robot_executor/arm', 'robot_executor/disarm', 'robot_executor/stop',
+         'robot_executor/get_status'],
+        ['robot_executor/execute_trajectory']),
+}
+
+
+class CommanderError(RuntimeError):
+    """A service or action could not be reached or answered in time."""
+
+
+@dataclass
+class GraphStatus:
+    nodes: dict[str, bool]
+    services: dict[str, bool]
+    actions: dict[str, bool]
+
+    @property
+    def complete(self) -> bool:
+        return all(self.nodes.values()) and all(self.services.values()) and all(
+            self.actions.values())
+
+
+class Commander:
+    """Owns an rclpy context of its own, so it can live inside any script or test."""
+
+    def __init__(self, namespace: str = '', node_name: str = 'r2s2r_commander',
+                 domain_id: int | None = None, expected: dict | None = None):
+        self._ns = '/' + namespace.strip('/') if namespace.strip('/') else ''
+        self._ctx = rclpy.Context()
+        kwargs = {'context': self._ctx}
+        if domain_id is not None:
+            kwargs['domain_id'] = domain_id
+        rclpy.init(**kwargs)
+        self.node = Node(node_name, context=self._ctx)
+        self._executor = SingleThreadedExecutor(context=self._ctx)
+        self._executor.add_node(self.node)
+        self._spin_thread = threading.Thread(target=self._spin, daemon=True)
+        self._spin_thread.start()
+        self._expected = expected or GRAPH
+        self._clients: dict[tuple, object] = {}
+        self._goal_handle = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _spin(self):
+        try:
+            self._executor.spin()
+        except Exception:  # noqa: BLE001 - the context was shut down under the executor
+            pass
+
+    def close(self):
+        self._executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self._ctx)
+        self._spin_thread.join(timeout=2.0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- graph ---------------------------------------------------------------------------------
+    def name(self, relative: str) -> str:
+        return f'{self._ns}/{relative}'
+
+    def graph_status(self) -> GraphStatus:
+        nodes = {f'{ns.rstrip("/")}/{n}' for n, ns in self.node.get_node_names_and_namespaces()}
+        services = {n for n, _ in self.node.get_service_names_and_types()}
+        # An action server shows up as its hidden services <name>/_action/send_goal.
+        actions = {n.rsplit('/_action/', 1)[0] for n in services if '/_action/' in n}
+        return GraphStatus(
+            nodes={self.name(n): self.name(n) in nodes for n in self._expected},
+            services={self.name(s): self.name(s) in services
+                      for svcs, _ in self._expected.values() for s in svcs},
+            actions={self.name(a): self.name(a) in actions
+                     for _, acts in self._expected.values() for a in acts},
+        )
+
+    def wait_until_up(self, timeout: float = 30.0) -> GraphStatus:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.graph_status()
+            if status.complete:
+                return status
+            if time.monotonic() > deadline:
+                missing = [k for d in (status.nodes, status.services, status.actions)
+                           for k, v in d.items() if not v]
+                raise CommanderError(f'graph not up after {timeout:.0f} s; missing: {missing}')
+            time.sleep(0.2)
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _client(self, kind, srv_type, relative):
+        key = (kind, relative)
+        if key not in self._clients:
+            make = self.node.create_client if kind == 'srv' else (
+                lambda t, n: ActionClient(self.node, t, n))
+            self._clients[key] = make(srv_type, self.name(relative))
+        return self._clients[key]
+
+    def _wait(self, future, timeout: float, what: str):
+        done = threading.Event()
+        future.add_done_callback(lambda _f: done.set())
+        if not done.wait(timeout):
+            raise CommanderError(f'{what}: no answer within {timeout:.1f} s')
+        return future.result()
+
+    def call(self, srv_type, relative: str, request=None, timeout: float = 10.0):
+        client = self._client('srv', srv_type, relative)
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise CommanderError(f'service {self.name(relative)} is not available')
+        return self._wait(client.call_async(request or srv_type.Request()), timeout,
+                          self.name(relative))
+
+    def run_action(self, action_type, relative: str, goal, *,
+                   feedback: Callable | None = None, timeout: float = 120.0,
+                   cancel_after: float | None = None):
+        """Send a goal, stream feedback to ``feedback(msg)``, return the result message.
+
+        ``cancel_after`` seconds after acceptance the goal is cancelled (tests, Ctrl-C).
+        """
+        client = self._client('action', action_type, relative)
+        if not client.wait_for_server(timeout_sec=min(timeout, 15.0)):
+            raise CommanderError(f'action {self.name(relative)} is not available')
+        handle = self._wait(
+            client.send_goal_async(goal, feedback_callback=(
+                (lambda m: feedback(m.feedback)) if feedback else None)),
+            15.0, f'{self.name(relative)} goal')
+        if not handle.accepted:
+            raise CommanderError(f'{self.name(relative)} rejected the goal')
+        self._goal_handle = handle
+        result_future = handle.get_result_async()
+        if cancel_after is not None:
+            time.sleep(cancel_after)
+            self._wait(handle.cancel_goal_async(), 10.0, 'cancel')
+        try:
+            return self._wait(result_future, timeout, f'{self.name(relative)} result').result
+        finally:
+            self._goal_handle = None
+
+    def cancel_current_goal(self, timeout: float = 5.0):
+        if self._goal_handle is not None:
+            self._wait(self._goal_handle.cancel_goal_async(), timeout, 'cancel')
+
+    # -- robot executor ------------------------------------------------------------------------
+    def arm(self) -> Trigger.Response:
+        return self.call(Trigger, 'robot_executor/arm')
+
+    def disarm(self) -> Trigger.Response:
+        return self.call(Trigger, 'robot_executor/disarm')
+
+    def stop(self) -> Trigger.Response:
+        return self.call(Trigger, 'robot_executor/stop')
+
+    def executor_status(self) -> GetStatus.Response:
+        return self.call(GetStatus, 'robot_executor/get_status')
+
+    def execute_trajectory(self, joint_names: Sequence[str],
+                           points: Sequence[tuple[float, Sequence[float]]], *,
+                           record: bool = True, feedback: Callable | None = None,
+                           timeout: float = 120.0, cancel_after: float | None = None):
+        """``points``: (time_from_start s, positions) pairs. Returns the action result."""
+        traj = JointTrajectory(joint_names=list(joint_names))
+        for t, q in points:
+            traj.points.append(JointTrajectoryPoint(
+                positions=[float(v) for v in q], time_from_start=duration_msg(t)))
+        goal = ExecuteTrajectory.Goal(trajectory=traj, record=record)
+        return self.run_action(ExecuteTrajectory, 'robot_executor/execute_trajectory', goal,
+                               feedback=feedback, timeout=timeout, cancel_after=cancel_after)
+
+    # -- emulated cell -------------------------------------------------------------------------
+    def reset_objects(self, object_ids: Sequence[str] = ()) -> ResetObjects.Response:
+        return self.call(ResetObjects, 'emulated_cell/reset_objects',
+                         ResetObjects.Request(object_ids=list(object_ids)))

@@ -1,0 +1,153 @@
+"""The artifact store: one run directory, one folder per stage, each with a manifest.
+
+Large data never rides on ROS messages: a stage writes its files here and messages carry
+paths. Every write is atomic (temp file in the same folder, fsync, rename), so a crash or
+a kill leaves either the old file or the new one, never half of one. A stage's
+``manifest.json`` is written last: a stage folder without one is incomplete and is ignored
+by resume logic.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MANIFEST = 'manifest.json'
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: str | os.PathLike, obj) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + '\n')
+
+
+@contextmanager
+def atomic_output_path(path: str | os.PathLike):
+    """Yield a temporary path beside ``path`` for writers that want a file name (bags, PNGs);
+    it is renamed onto ``path`` only when the block finishes without an exception."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f'.{path.name}.partial'
+    if tmp.is_dir():
+        _rmtree(tmp)
+    else:
+        tmp.unlink(missing_ok=True)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp.is_dir():
+            _rmtree(tmp)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _rmtree(p: Path):
+    import shutil
+    shutil.rmtree(p, ignore_errors=True)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _versions() -> dict:
+    out = {'python': platform.python_version()}
+    for mod in ('numpy', 'mujoco', 'open3d', 'torch', 'rosbags'):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - a missing optional module is simply not listed
+            pass
+    return out
+
+
+@dataclass
+class StageRecord:
+    """What a stage writes into its manifest: inputs, parameters, outputs (hashed), timings."""
+    stage: str
+    folder: Path
+    inputs: dict = field(default_factory=dict)
+    parameters: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)
+    results: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    def add_output(self, key: str, path: str | os.PathLike):
+        p = Path(path)
+        self.outputs[key] = {
+            'path': str(p.resolve()),
+            'sha256': sha256_file(p) if p.is_file() else None,
+        }
+
+    def finish(self) -> Path:
+        finished = time.time()
+        return atomic_write_json(self.folder / MANIFEST, {
+            'stage': self.stage,
+            'inputs': self.inputs,
+            'parameters': self.parameters,
+            'outputs': self.outputs,
+            'results': self.results,
+            'started': self.started,
+            'finished': finished,
+            'duration_s': finished - self.started,
+            'versions': _versions(),
+        })
+
+
+class RunDirectory:
+    """``<root>/<stage>[_<n>]/`` folders with manifests. Stage names are the loop's stages."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).expanduser().resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def new_stage(self, stage: str, *, inputs=None, parameters=None) -> StageRecord:
+        """A fresh, uniquely numbered folder for one execution of ``stage``."""
+        n = 0
+        while True:
+            folder = self.root / f'{stage}_{n:03d}'
+            try:
+                folder.mkdir(parents=True)
+                break
+            except FileExistsError:
+                n += 1
+        return StageRecord(stage, folder, inputs=dict(inputs or {}),
+                           parameters=dict(parameters or {}))
+
+    def completed(self, stage: str) -> list[Path]:
+        """Manifests of completed executions of ``stage``, oldest first."""
+        return sorted(p / MANIFEST for p in self.root.glob(f'{stage}_*')
+                      if (p / MANIFEST).is_file())
+
+    def latest(self, stage: str) -> dict | None:
+        done = self.completed(stage)
+        return json.loads(done[-1].read_text()) if done else None

