@@ -1,0 +1,135 @@
+"""``r2s2r``: the operator CLI. Every verb calls a node's real service or action."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _commander(args):
+    from real2sim2real_ros.commander import Commander
+    return Commander(namespace=args.namespace)
+
+
+def cmd_launch(args, rest) -> int:
+    from real2sim2real_ros.launch_runner import main as launch_main
+    return launch_main(rest)
+
+
+def cmd_status(args, _rest) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from real2sim2real_ros.commander import CommanderError
+    with _commander(args) as cmd:
+        try:
+            status = cmd.wait_until_up(timeout=args.wait)
+        except CommanderError:
+            status = cmd.graph_status()
+        table = Table(title='real2sim2real graph')
+        table.add_column('kind')
+        table.add_column('name')
+        table.add_column('up')
+        for kind, entries in (('node', status.nodes), ('service', status.services),
+                              ('action', status.actions)):
+            for name, up in entries.items():
+                table.add_row(kind, name, '[green]yes[/]' if up else '[red]no[/]')
+        Console().print(table)
+        return 0 if status.complete else 1
+
+
+def _trigger(verb):
+    def run(args, _rest) -> int:
+        with _commander(args) as cmd:
+            resp = getattr(cmd, verb)()
+        print(f'{verb}: {"ok" if resp.success else "FAILED"}: {resp.message}')
+        return 0 if resp.success else 1
+    return run
+
+
+def cmd_execute(args, _rest) -> int:
+    from real2sim2real_ros.cli.progress import action_progress
+    from real2sim2real_ros.trajectory_files import load_trajectory_file
+    try:
+        names, points = load_trajectory_file(args.trajectory)
+    except (OSError, ValueError) as exc:
+        print(f'r2s2r execute: {exc}', file=sys.stderr)
+        return 2
+    with _commander(args) as cmd, action_progress('execute_trajectory') as progress:
+        try:
+            result = cmd.execute_trajectory(
+                names, points, record=not args.no_record,
+                feedback=lambda fb: progress(fb.progress, f'err {fb.tracking_error:.4f} rad'))
+        except KeyboardInterrupt:
+            cmd.cancel_current_goal()
+            print('cancelled')
+            return 130
+    if result.error_code:
+        print(f'execute: FAILED ({result.error_code}): {result.error_msg}')
+        return 1
+    print(f'execute: ok in {result.duration:.2f} s; max tracking error '
+          f'{result.max_tracking_error:.4f} rad, rms {result.rms_tracking_error:.4f} rad, '
+          f'final {result.final_error:.4f} rad; bag {result.bag_path or "-"}')
+    return 0
+
+
+def cmd_reset_objects(args, _rest) -> int:
+    with _commander(args) as cmd:
+        resp = cmd.reset_objects(args.ids)
+    print(f'reset_objects: {"ok" if resp.success else "FAILED"}: {resp.message}')
+    return 0 if resp.success else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog='r2s2r', description=__doc__)
+    p.add_argument('--namespace', default='', help='namespace of the graph (bringup namespace:=)')
+    sub = p.add_subparsers(dest='verb', required=True)
+    sub.add_parser('launch', add_help=False,
+                   help='run a launch file: r2s2r launch PKG FILE [name:=value ...]')
+    s = sub.add_parser('status', help='which nodes, services and actions of the graph are up')
+    s.add_argument('--wait', type=float, default=2.0, help='seconds to wait for the graph')
+    for verb, text in (('arm', 'arm the robot executor'), ('disarm', 'disarm the executor'),
+                       ('stop', 'stop motion now and disarm')):
+        sub.add_parser(verb, help=text)
+    e = sub.add_parser('execute', help='execute a joint trajectory (YAML file) on the robot')
+    e.add_argument('trajectory', help='YAML: joint_names: [...], points: [{t: s, q: [...]}, ...]')
+    e.add_argument('--no-record', action='store_true', help='do not record an MCAP bag')
+    r = sub.add_parser('reset-objects', help='put the emulated cell\'s objects back')
+    r.add_argument('ids', nargs='*', help='object ids (default: all)')
+    try:
+        from real2sim2real_ros.cli import bag_cli
+        bag_cli.add_parser(sub)
+    except ImportError:  # pragma: no cover - bag tools need rosbags
+        pass
+    return p
+
+
+HANDLERS = {
+    'launch': cmd_launch, 'status': cmd_status, 'arm': _trigger('arm'),
+    'disarm': _trigger('disarm'), 'stop': _trigger('stop'), 'execute': cmd_execute,
+    'reset-objects': cmd_reset_objects,
+}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # `launch` passes everything after it to the runner untouched (name:=value pairs, flags).
+    if 'launch' in argv:
+        i = argv.index('launch')
+        args = parser.parse_args(argv[:i + 1])
+        return cmd_launch(args, argv[i + 1:])
+    args = parser.parse_args(argv)
+    if args.verb == 'bag':
+        return args.func(args)
+    try:
+        return HANDLERS[args.verb](args, [])
+    except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
+        from real2sim2real_ros.commander import CommanderError
+        if isinstance(exc, CommanderError):
+            print(f'r2s2r {args.verb}: {exc}', file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == '__main__':
+    sys.exit(main())
