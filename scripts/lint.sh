@@ -14,4 +14,4 @@ for xml in sorted(Path('.').glob('*/package.xml')):
     pkg.validate()
     print(f'lint: {xml}: {pkg.name} {pkg.version} ok')
 PY
-python -m real2sim2real_ros.launch_runner.lint real2sim2real_ros/launch/*.launch.xml
+python scripts/lint_launch.py real2sim2real_ros/launch/*.launch.xml
