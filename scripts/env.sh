@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Source this file (or run `scripts/env.sh CMD ...`) for a shell with the venv, the built
 # workspace and DDS confined to this machine.
 _r2s2r_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

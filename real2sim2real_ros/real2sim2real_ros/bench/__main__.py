@@ -1,0 +1,59 @@
+"""Run every benchmark; print tables; write bench_results/*.json."""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def main(argv=None) -> int:
+    from real2sim2real_ros.dds_isolation import isolate
+    domain = isolate()
+    from real2sim2real_ros.bench import cell_bench
+    console = Console()
+    out_dir = Path('bench_results')
+    out_dir.mkdir(exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix='r2s2r_bench_'))
+    console.print(f'[bold]make bench[/]: ROS_DOMAIN_ID={domain}, LOCALHOST discovery, '
+                  f'runs in {run_dir}')
+    results = {}
+
+    results['image_transport'] = [
+        cell_bench.image_transport(q) for q in ('images', 'sensor_data')]
+    t = Table(title='camera topics, 640x480 rgb8 + 32FC1 depth at 30 Hz, two processes')
+    for c in ('QoS', 'stream', 'sent', 'received', 'delivery', 'median ms', 'p95 ms'):
+        t.add_column(c)
+    for r in results['image_transport']:
+        for key in ('rgb', 'depth'):
+            s = r[key]
+            t.add_row(r['qos'], key, str(r['sent']), str(s['received']),
+                      f'{s["delivery"]:.1%}', f'{s["latency_ms_median"] or float("nan"):.1f}',
+                      f'{s["latency_ms_p95"] or float("nan"):.1f}')
+    console.print(t)
+
+    results['cell_fast_mode'] = cell_bench.cell_fast_mode_rtf(run_dir)
+    r = results['cell_fast_mode']
+    console.print(f'emulated cell, fast mode: real-time factor [bold]{r["real_time_factor"]:.2f}[/]'
+                  f' ({r["sim_s"]:.2f} s simulated in {r["wall_s"]:.2f} s wall)')
+
+    results['cell_real_time'] = cell_bench.cell_camera_and_executor(run_dir)
+    r = results['cell_real_time']
+    if 'cell_camera' in r:
+        console.print(f'emulated cell camera (render + noise + publish, 640x480): '
+                      f'{r["cell_camera"]["fps"]:.1f} fps, latency '
+                      f'{r["cell_camera"]["latency_ms_median"]:.1f} ms median')
+    e = r['executor']
+    console.print(f'executor: goal -> motion {e["goal_to_motion_ms_median"]:.1f} ms median; '
+                  f'command -> motion {e["command_to_motion_ms_median"]:.1f} ms median, '
+                  f'{e["command_to_motion_ms_max"]:.1f} ms max ({e["trials"]} trials)')
+    (out_dir / 'cell.json').write_text(json.dumps(results, indent=2))
+    console.print(f'saved {out_dir / "cell.json"}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Cell benchmarks: emulated cell real-time factor in fast mode, camera topic delivery and
+latency (640x480 at 30 Hz over the chosen QoS), executor command-to-motion latency."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+class _Collector:
+    """Subscriptions in an rclpy context of their own; records (receive wall time, msg)."""
+
+    def __init__(self, subs: dict, qos_profile):
+        import rclpy
+        from rclpy.executors import MultiThreadedExecutor
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx)
+        self.node = rclpy.create_node('bench_collector', context=self.ctx)
+        self.data = {topic: [] for topic in subs}
+        for topic, msg_type in subs.items():
+            self.node.create_subscription(
+                msg_type, topic,
+                lambda m, t=topic: self.data[t].append((time.time(), m)), qos_profile)
+        self.ex = MultiThreadedExecutor(num_threads=2, context=self.ctx)
+        self.ex.add_node(self.node)
+        self.th = threading.Thread(target=self._spin, daemon=True)
+        self.th.start()
+
+    def _spin(self):
+        try:
+            self.ex.spin()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def close(self):
+        import rclpy
+        self.ex.shutdown(timeout_sec=1)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.ctx)
+
+
+def image_transport(qos_name: str, rate=30.0, seconds=8.0) -> dict:
+    from sensor_msgs.msg import Image
+
+    from real2sim2real_ros import qos
+    col = _Collector({'/camera/color/image_raw': Image, '/camera/depth/image_rect_raw': Image},
+                     qos.by_name(qos_name))
+    try:
+        proc = subprocess.run(
+            [sys.executable, '-m', 'real2sim2real_ros.bench.image_publisher', '--rate',
+             str(rate), '--seconds', str(seconds), '--qos', qos_name],
+            capture_output=True, text=True, timeout=seconds + 30, env=os.environ)
+        sent = int(proc.stdout.split('sent ')[-1].split()[0]) if 'sent' in proc.stdout else 0
+        time.sleep(0.5)
+    finally:
+        col.close()
+    out = {'qos': qos_name, 'rate_hz': rate, 'sent': sent}
+    for key, topic in (('rgb', '/camera/color/image_raw'),
+                       ('depth', '/camera/depth/image_rect_raw')):
+        msgs = col.data[topic]
+        lat = [(t - (m.header.stamp.sec + m.header.stamp.nanosec * 1e-9)) * 1e3 for t, m in msgs]
+        out[key] = {
+            'received': len(msgs),
+            'delivery': len(msgs) / sent if sent else 0.0,
+            'latency_ms_median': float(np.median(lat)) if lat else None,
+            'latency_ms_p95': float(np.percentile(lat, 95)) if lat else None,
+        }
+    return out
+
+
+def _bringup(run_dir: Path, **args):
+    from ament_index_python.packages import get_package_share_directory
+
+    from real2sim2real_ros.launch_runner import LaunchedGraph
+    share = Path(get_package_share_directory('real2sim2real_ros'))
+    launch_args = {'cell': 'emulated', 'run_dir': str(run_dir), **args}
+    return LaunchedGraph(share / 'launch' / 'bringup.launch.xml', launch_args,
+                         log_dir=run_dir / 'launch_logs').start()
+
+
+def cell_fast_mode_rtf(run_dir: Path, seconds=6.0) -> dict:
+    from rosgraph_msgs.msg import Clock
+
+    from real2sim2real_ros import qos
+    from real2sim2real_ros.commander import Commander
+    graph = _bringup(run_dir / 'fast', cell_real_time='false', use_sim_time='true')
+    try:
+        with Commander(node_name='bench_rtf') as cmd:
+            cmd.wait_until_up(timeout=90)
+        col = _Collector({'/clock': Clock}, qos.CLOCK)
+        time.sleep(seconds)
+        col.close()
+    finally:
+        graph.stop(timeout=30)
+    ticks = col.data['/clock']
+    (w0, c0), (w1, c1) = ticks[len(ticks) // 10], ticks[-1]
+    sim = (c1.clock.sec + c1.clock.nanosec * 1e-9) - (c0.clock.sec + c0.clock.nanosec * 1e-9)
+    return {'sim_s': sim, 'wall_s': w1 - w0, 'real_time_factor': sim / (w1 - w0),
+            'clock_msgs': len(ticks)}
+
+
+def cell_camera_and_executor(run_dir: Path, trials=5) -> dict:
+    """Real-time bringup: achieved camera frame rate; command-to-motion latency of the executor
+    (goal sent -> first /joint_states sample that moved 2 mrad, and executor command publish
+    -> that sample)."""
+    from sensor_msgs.msg import Image, JointState
+    from trajectory_msgs.msg import JointTrajectory
+
+    from real2sim2real_ros import qos
+    from real2sim2real_ros.commander import Commander
+    graph = _bringup(run_dir / 'rt')
+    out = {}
+    try:
+        with Commander(node_name='bench_exec') as cmd:
+            cmd.wait_until_up(timeout=90)
+            cam = _Collector({'/camera/color/image_raw': Image}, qos.IMAGES)
+            time.sleep(5.0)
+            cam.close()
+            frames = cam.data['/camera/color/image_raw']
+            if len(frames) > 2:
+                span = frames[-1][0] - frames[0][0]
+                lat = [(t - (m.header.stamp.sec + m.header.stamp.nanosec * 1e-9)) * 1e3
+                       for t, m in frames]
+                out['cell_camera'] = {'fps': (len(frames) - 1) / span,
+                                      'latency_ms_median': float(np.median(lat))}
+            col = _Collector({'/joint_states': JointState}, qos.STATE)
+            col2 = _Collector({'/joint_trajectory_controller/joint_trajectory': JointTrajectory},
+                              qos.COMMAND)
+            cmd.arm()
+            goal_lat, cmd_lat = [], []
+            sign = 1.0
+            for _ in range(trials):
+                js = cmd.joint_state()
+                q0 = np.array(js.position)
+                q1 = q0.copy()
+                q1[0] += 0.3 * sign
+                sign = -sign
+                n_cmd = len(col2.data['/joint_trajectory_controller/joint_trajectory'])
+                t_goal = time.time()
+                cmd.execute_trajectory(js.name, [(1.0, list(q1))], record=False, timeout=30)
+                moved = next((t for t, m in col.data['/joint_states']
+                              if t > t_goal and abs(m.position[0] - q0[0]) > 0.002), None)
+                cmds = col2.data['/joint_trajectory_controller/joint_trajectory'][n_cmd:]
+                if moved is not None:
+                    goal_lat.append((moved - t_goal) * 1e3)
+                    if cmds:
+                        cmd_lat.append((moved - cmds[0][0]) * 1e3)
+            cmd.disarm()
+            col.close()
+            col2.close()
+            out['executor'] = {
+                'trials': trials,
+                'goal_to_motion_ms_median': float(np.median(goal_lat)) if goal_lat else None,
+                'command_to_motion_ms_median': float(np.median(cmd_lat)) if cmd_lat else None,
+                'command_to_motion_ms_max': float(np.max(cmd_lat)) if cmd_lat else None,
+            }
+    finally:
+        graph.stop(timeout=30)
+    return out

@@ -1,0 +1,231 @@
+"""The real bringup (emulated cell + robot executor, started by bringup.launch.xml through the
+runner) on a private DDS domain: custom service and action round trips, arming, tracking,
+recording + replay, e-stop, limit rejection. Node processes talk over Fast DDS."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import TopicListener
+
+pytestmark = pytest.mark.integration
+
+ExecuteTrajectory = pytest.importorskip('real2sim2real_msgs.action').ExecuteTrajectory
+R = ExecuteTrajectory.Result
+
+
+@pytest.fixture(scope='module')
+def graph(emulated_bringup):
+    return emulated_bringup
+
+
+@pytest.fixture(scope='module')
+def joints(graph):
+    _, cmd, _ = graph
+    js = cmd.joint_state(timeout=20)
+    return list(js.name)
+
+
+def _current(cmd):
+    js = cmd.joint_state()
+    return np.array(js.position)
+
+
+def _goal_points(q0, delta, duration):
+    q1 = q0 + np.asarray(delta)
+    return [(duration / 2, list((q0 + q1) / 2)), (duration, list(q1))]
+
+
+def _ensure_armed(cmd):
+    resp = cmd.arm()
+    assert resp.success, resp.message
+
+
+def test_graph_is_up_with_every_node_service_and_action(graph):
+    _, cmd, _ = graph
+    status = cmd.graph_status()
+    assert status.complete, status
+
+
+def test_custom_service_reset_objects_round_trip(graph):
+    from real2sim2real_msgs.srv import ResetObjects
+    _, cmd, _ = graph
+    resp = cmd.reset_objects()
+    assert resp.success, resp.message
+    resp = cmd.call(ResetObjects, 'emulated_cell/reset_objects',
+                    ResetObjects.Request(object_ids=['no_such_object']))
+    assert not resp.success and 'no_such_object' in resp.message
+
+
+def test_goal_while_disarmed_is_rejected_and_nothing_moves(graph, joints):
+    _, cmd, _ = graph
+    cmd.disarm()
+    assert not cmd.executor_status().armed
+    q0 = _current(cmd)
+    result = cmd.execute_trajectory(joints, _goal_points(q0, [0.3, 0, 0, 0, 0, 0], 1.0),
+                                    timeout=20)
+    assert result.error_code == R.NOT_ARMED
+    assert 'arm' in result.error_msg.lower()
+    time.sleep(1.2)
+    assert np.max(np.abs(_current(cmd) - q0)) < 0.005
+
+
+def test_armed_execution_tracks_with_feedback_and_records(graph, joints):
+    _, cmd, _ = graph
+    _ensure_armed(cmd)
+    live = TopicListener(__import__('sensor_msgs.msg', fromlist=['JointState']).JointState,
+                         '/joint_states')
+    feedback = []
+    try:
+        q0 = _current(cmd)
+        delta = [0.35, 0.15, -0.2, 0.1, 0.2, 0.3]
+        result = cmd.execute_trajectory(joints, _goal_points(q0, delta, 2.5), record=True,
+                                        feedback=feedback.append, timeout=30)
+    finally:
+        live.close()
+    assert result.error_code == R.NONE, result.error_msg
+    assert len(feedback) >= 10, 'feedback at ~20 Hz over 2.5 s'
+    progress = [f.progress for f in feedback]
+    assert progress == sorted(progress) and progress[-1] > 0.9
+    assert 0.0 < result.max_tracking_error < 0.1
+    assert result.final_error < 0.02
+    assert 2.4 < result.duration < 5.0
+    np.testing.assert_allclose(_current(cmd), q0 + delta, atol=0.02)
+    # The bag: rosbag2 MCAP with commands and joint states, plus a manifest beside it.
+    from real2sim2real_ros.core.bag_io import BagReader
+    assert result.bag_path and os.path.isdir(result.bag_path)
+    reader = BagReader(result.bag_path)
+    topics = reader.topics
+    assert reader.storage == 'mcap'
+    js_topic = [t for t in topics if t.endswith('joint_states')][0]
+    cmd_topic = [t for t in topics if t.endswith('joint_trajectory')][0]
+    assert topics[js_topic].count >= 200 and topics[cmd_topic].count >= 1
+    manifest = os.path.join(os.path.dirname(result.bag_path), 'manifest.json')
+    assert os.path.isfile(manifest)
+    # The recorded joint states are the live ones: same stamps, same positions.
+    live_by_stamp = {(m.header.stamp.sec, m.header.stamp.nanosec): m.position
+                     for _, m in live.messages}
+    recorded = [reader.deserialize(raw, t) for _, t, _, raw in reader.messages([js_topic])]
+    matched = [r for r in recorded
+               if (r.header.stamp.sec, r.header.stamp.nanosec) in live_by_stamp]
+    assert len(matched) >= 0.95 * len(recorded)
+    for r in matched[::25]:
+        np.testing.assert_array_equal(
+            r.position, live_by_stamp[(r.header.stamp.sec, r.header.stamp.nanosec)])
+    graph[2].joinpath('last_bag').write_text(result.bag_path)
+
+
+def test_recorded_bag_replays_and_matches_the_live_run(graph):
+    """`r2s2r bag play` in a second private domain; a subscriber there gets the recorded
+    joint states, byte-for-byte the ones the live run published, at the recorded pace."""
+    from sensor_msgs.msg import JointState
+
+    from real2sim2real_ros.core.bag_io import BagReader
+    from real2sim2real_ros.dds_isolation import allocate_domain_id
+    bag = graph[2].joinpath('last_bag').read_text()
+    reader = BagReader(bag)
+    js_topic = [t for t in reader.topics if t.endswith('joint_states')][0]
+    recorded = [reader.deserialize(raw, t) for _, t, _, raw in reader.messages([js_topic])]
+    domain = allocate_domain_id()
+    listener = TopicListener(JointState, js_topic, domain_id=domain)
+    try:
+        env = dict(os.environ, ROS_DOMAIN_ID=str(domain), R2S2R_DOMAIN_ID=str(domain))
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, '-m', 'real2sim2real_ros.cli.main', 'bag', 'play', bag,
+             '--topics', js_topic, '--wait-for-subscribers', '5'],
+            env=env, capture_output=True, text=True, timeout=60)
+        wall = time.monotonic() - t0
+        assert proc.returncode == 0, proc.stderr
+        listener.wait_for(len(recorded), timeout=3)
+    finally:
+        listener.close()
+    replayed = [m for _, m in listener.messages]
+    assert len(replayed) >= 0.98 * len(recorded)
+    rec = {(m.header.stamp.sec, m.header.stamp.nanosec): m.position for m in recorded}
+    for m in replayed:
+        np.testing.assert_array_equal(m.position, rec[(m.header.stamp.sec, m.header.stamp.nanosec)])
+    duration = reader.duration_ns / 1e9
+    assert wall >= 0.9 * duration, 'played at the recorded pace, not as fast as possible'
+
+
+def test_cancel_mid_motion_holds_the_arm(graph, joints):
+    _, cmd, _ = graph
+    _ensure_armed(cmd)
+    q0 = _current(cmd)
+    result = cmd.execute_trajectory(joints, _goal_points(q0, [-0.5, 0, 0, 0, 0, 0], 4.0),
+                                    cancel_after=1.0, timeout=30)
+    assert result.error_code == R.CANCELED, result.error_msg
+    time.sleep(0.5)
+    q_a = _current(cmd)
+    time.sleep(0.5)
+    assert np.max(np.abs(_current(cmd) - q_a)) < 0.005, 'the arm holds after cancel'
+    assert 0.02 < abs(q_a[0] - q0[0]) < 0.45, 'it stopped part way'
+
+
+def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph, joints):
+    from sensor_msgs.msg import JointState
+    _, cmd, _ = graph
+    _ensure_armed(cmd)
+    q0 = _current(cmd)
+    listener = TopicListener(JointState, '/joint_states')
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault('result', cmd.execute_trajectory(
+        joints, _goal_points(q0, [0.6, 0, 0, 0, 0, 0], 2.0), timeout=30)))
+    try:
+        worker.start()
+        time.sleep(1.0)  # mid-motion: about 0.3 rad/s on the pan joint
+        t_stop = time.monotonic()
+        resp = cmd.stop()
+        worker.join(timeout=15)
+        time.sleep(0.3)
+    finally:
+        listener.close()
+    assert resp.success, resp.message
+    assert out['result'].error_code == R.STOPPED
+    assert not cmd.executor_status().armed, 'stop disarms'
+    msgs = listener.snapshot()
+    # /joint_states velocities carry sensor noise (~0.02 rad/s): judge the speed on the mean
+    # of three consecutive samples (30 ms at 100 Hz), per joint.
+    times = np.array([t for t, _ in msgs])
+    vel = np.array([m.velocity for _, m in msgs])
+    smooth = np.array([np.abs(vel[max(0, i - 2):i + 1].mean(axis=0)).max()
+                       for i in range(len(vel))])
+    before = smooth[times < t_stop]
+    assert before[-10:].max() > 0.2, 'it was moving when stopped'
+    after = np.nonzero((times >= t_stop) & (smooth < 0.05))[0]
+    assert after.size, 'speeds never came to about zero'
+    still = times[after[0]]
+    # Two control periods (2 x 10 ms) plus the cell's actuator latency (12 ms in the default
+    # spec) plus DDS, the smoothing window and 100 Hz sampling.
+    latency = still - t_stop
+    print(f'e-stop: joint speeds < 0.05 rad/s {latency * 1000:.0f} ms after the stop call')
+    assert latency < 0.02 + 0.012 + 0.07
+    assert smooth[times > still + 0.05].max() < 0.05, 'and they stay about zero'
+    # A goal after the stop is refused until the operator arms again.
+    result = cmd.execute_trajectory(joints, _goal_points(_current(cmd), [0.1] + [0] * 5, 1.0))
+    assert result.error_code == R.NOT_ARMED
+
+
+def test_trajectory_outside_joint_limits_is_rejected_and_nothing_moves(graph, joints):
+    _, cmd, _ = graph
+    _ensure_armed(cmd)
+    q0 = _current(cmd)
+    bad = list(q0)
+    bad[2] = 3.5  # elbow limit is +-pi
+    result = cmd.execute_trajectory(joints, [(1.0, list(q0)), (2.0, bad)], timeout=20)
+    assert result.error_code == R.JOINT_LIMIT_VIOLATION
+    assert 'elbow_joint' in result.error_msg
+    fast = list(q0)
+    fast[0] += 2.0  # 2 rad in 0.1 s: 20 rad/s against a 3.15 rad/s limit
+    result = cmd.execute_trajectory(joints, [(0.1, fast)], timeout=20)
+    assert result.error_code == R.VELOCITY_LIMIT_VIOLATION
+    assert 'shoulder_pan_joint' in result.error_msg
+    time.sleep(0.5)
+    assert np.max(np.abs(_current(cmd) - q0)) < 0.005
+    assert cmd.executor_status().armed, 'a rejected goal leaves the executor armed'
