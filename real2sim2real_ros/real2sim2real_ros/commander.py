@@ -20,12 +20,14 @@ import rclpy
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-
-from real2sim2real_msgs.action import ExecuteTrajectory
-from real2sim2real_msgs.srv import GetStatus, ResetObjects
+from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from real2sim2real_msgs.action import ExecuteTrajectory
+from real2sim2real_msgs.srv import GetStatus, ResetObjects
+
+from . import qos
 from .ros_time import duration_msg
 
 # What a complete graph offers, per node: (services, actions). Relative to the namespace.
@@ -200,6 +202,23 @@ class Commander:
         goal = ExecuteTrajectory.Goal(trajectory=traj, record=record)
         return self.run_action(ExecuteTrajectory, 'robot_executor/execute_trajectory', goal,
                                feedback=feedback, timeout=timeout, cancel_after=cancel_after)
+
+    def joint_state(self, timeout: float = 5.0):
+        """The next /joint_states message (names, positions, velocities)."""
+        got = threading.Event()
+        box = {}
+
+        def on_msg(msg):
+            box.setdefault('msg', msg)
+            got.set()
+        sub = self.node.create_subscription(JointState, self.name('joint_states'), on_msg,
+                                            qos.STATE)
+        try:
+            if not got.wait(timeout):
+                raise CommanderError(f'no {self.name("joint_states")} within {timeout:.1f} s')
+            return box['msg']
+        finally:
+            self.node.destroy_subscription(sub)
 
     # -- emulated cell -------------------------------------------------------------------------
     def reset_objects(self, object_ids: Sequence[str] = ()) -> ResetObjects.Response:

@@ -1,0 +1,68 @@
+"""PNG report of an identification: recorded vs simulated traces before/after, estimates."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ['write_report']
+
+
+def write_report(path, twin, fit, recording, priors: dict[str, float],
+                 truth: dict[str, float] | None = None, max_joints: int = 6) -> Path:
+    """Write a PNG: per joint, recorded vs simulated (prior, fitted) tracking error, plus a
+    panel of estimates with 95% intervals (relative to the prior; truth when given).
+
+    ``twin`` must hold the fitted values (identify() leaves them set); ``priors`` are the
+    values before identification. Returns the path.
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fitted = {e.name: e.value for e in fit.parameters}
+    rec = recording
+
+    def simulate(values):
+        return twin.rollout(rec.q0, rec.qd0, rec.traj_times, rec.traj_positions,
+                            param_samples=[values], traj_velocities=rec.traj_velocities,
+                            reference_start=rec.reference_start,
+                            object_poses=rec.object_poses0 or None,
+                            sample_times=rec.times).positions[0]
+
+    before, after = simulate(priors), simulate(fitted)
+    nj = min(max_joints, rec.positions.shape[1])
+    fig, axes = plt.subplots(nj + 1, 1, figsize=(9, 2.0 * (nj + 1)), squeeze=False)
+    for j in range(nj):
+        ax = axes[j, 0]
+        ax.plot(rec.times, 1e3 * (before[:, j] - rec.positions[:, j]), label='prior - recorded')
+        ax.plot(rec.times, 1e3 * (after[:, j] - rec.positions[:, j]), label='fitted - recorded')
+        ax.set_ylabel(f'{twin.joint_names[j][:14]}\n[mrad]', fontsize=8)
+        if j == 0:
+            ax.legend(fontsize=7, loc='upper right')
+            ax.set_title(f'{rec.name}: residual RMS {fit.residual_before:.3g} -> '
+                         f'{fit.residual_after:.3g} rad; held-out {fit.heldout_error_before:.3g}'
+                         f' -> {fit.heldout_error_after:.3g} rad', fontsize=9)
+    axes[nj - 1, 0].set_xlabel('time [s]')
+    ax = axes[nj, 0]
+    names = [e.name for e in fit.parameters]
+    ref = np.array([(truth or {}).get(n, e.prior) or 1.0 for n, e in
+                    zip(names, fit.parameters)])
+    ref = np.where(ref == 0, 1.0, ref)
+    val = np.array([e.value for e in fit.parameters]) / ref
+    lo = np.array([e.lower_95 for e in fit.parameters]) / ref
+    hi = np.array([e.upper_95 for e in fit.parameters]) / ref
+    x = np.arange(len(names))
+    ax.errorbar(x, val, yerr=[val - lo, hi - val], fmt='o', capsize=3, label='estimate, 95%')
+    ax.axhline(1.0, color='k', lw=0.8, label='truth' if truth else 'prior')
+    ax.set_xticks(x)
+    ax.set_xticklabels([n.replace('joint/', '').replace('_joint', '') for n in names],
+                       rotation=60, fontsize=6)
+    ax.set_ylabel('estimate / ' + ('truth' if truth else 'prior'), fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -1,0 +1,184 @@
+"""The MuJoCo twin: named parameters, rollouts (single, batched, threaded), latency, stability."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
+from real2sim2real_ros.core.emulated_world import EmulatedWorld
+from real2sim2real_ros.core.joint_trajectory import JointTrajectoryCommand
+from real2sim2real_ros.core.parameters import UnknownParameterError
+from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
+from real2sim2real_ros.core.twin import InvalidRolloutError, Twin, UnstableTwinError
+
+HOME = np.array([0.0, -1.5607, 1.7113, 1.4203, 0.0, 0.0])
+
+SCENE = """<mujoco>
+  <worldbody>
+    <geom name="table" type="box" size="0.4 0.5 0.02" pos="0.6 0 -0.02"/>
+    <body name="object/box_0" pos="0.55 0.12 0.05">
+      <freejoint name="object/box_0"/>
+      <geom name="object/box_0" type="box" size="0.04 0.03 0.025" mass="0.2"
+            friction="0.6 0.005 0.0001"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+@pytest.fixture(scope='module')
+def robot():
+    return load_robot(default_cell_urdf())
+
+
+@pytest.fixture(scope='module')
+def twin(robot):
+    return Twin(robot, scene=SCENE)
+
+
+def _move(q0, delta=0.2):
+    target = q0 + delta
+    return np.array([0.6, 1.2]), np.vstack([target, q0])
+
+
+def test_parameter_round_trip_for_every_kind(robot):
+    tw = Twin(robot, scene=SCENE)
+    values = {'body/box_0/mass': 0.37, 'body/box_0/com_offset_x': 0.004,
+              'geom/box_0/friction': 0.42, 'geom/table/friction': 0.9,
+              'joint/elbow_joint/damping': 0.77, 'joint/elbow_joint/frictionloss': 0.21,
+              'joint/elbow_joint/armature': 0.055, 'actuator/elbow_joint/kp': 1234.0,
+              'actuator/elbow_joint/kv': 56.0, 'global/command_latency': 0.013,
+              'global/gravity_compensation': 0.95}
+    inertia0 = tw.model.body_inertia[tw.model.body('object/box_0').id].copy()
+    tw.set_parameters(values)
+    for name, v in values.items():
+        assert tw.get_parameter(name) == pytest.approx(v), name
+    # Mass change scales the inertia (a denser object of the same shape).
+    np.testing.assert_allclose(tw.model.body_inertia[tw.model.body('object/box_0').id],
+                               inertia0 * 0.37 / 0.2, rtol=1e-9)
+    # Position actuator bias follows kp; gravity compensation scales every robot body.
+    a = tw.model.actuator('elbow_joint').id
+    assert tw.model.actuator_biasprm[a, 1] == pytest.approx(-1234.0)
+    assert np.all(tw.model.body_gravcomp[tw._robot_bodies] == pytest.approx(0.95))
+    assert 'joint/wrist_3_joint/damping' in tw.parameter_names()
+    # URDF-style 'friction' on a joint is MuJoCo's frictionloss.
+    assert tw.get_parameter('joint/elbow_joint/friction') == pytest.approx(0.21)
+
+
+@pytest.mark.parametrize('name', ['body/nothing/mass', 'joint/elbow_joint/stiffness',
+                                  'actuator/elbow/kp', 'global/gravity', 'mass', 'x/y/z'])
+def test_unknown_parameter_names_are_rejected_by_name(twin, name):
+    before = twin.get_parameter('joint/elbow_joint/damping')
+    with pytest.raises(UnknownParameterError) as err:
+        twin.set_parameters({'joint/elbow_joint/damping': 9.0, name: 1.0})
+    assert repr(name) in str(err.value)
+    # Nothing was applied: validation precedes any write.
+    assert twin.get_parameter('joint/elbow_joint/damping') == before
+
+
+def test_invalid_values_are_rejected(twin):
+    with pytest.raises(ValueError, match='body/box_0/mass'):
+        twin.set_parameter('body/box_0/mass', -1.0)
+    with pytest.raises(ValueError, match='damping'):
+        twin.set_parameter('joint/elbow_joint/damping', float('nan'))
+
+
+def test_rollout_shapes_and_object_settles_on_table(twin):
+    times, pos = _move(HOME)
+    res = twin.rollout(HOME, None, times, pos, sample_period=0.01)
+    n = int(round((1.2 + 0.2) / 0.01))
+    assert res.positions.shape == (1, n, 6)
+    assert res.object_poses.shape == (1, n, 1, 7)
+    assert res.object_ids == ['box_0']
+    np.testing.assert_allclose(res.times[:3], [0.01, 0.02, 0.03])
+    # The reference went to HOME + 0.2 at 0.6 s and back: the arm followed within 2 cm rad.
+    k = int(round(0.6 / 0.01)) - 1
+    assert np.all(np.abs(res.positions[0, k] - (HOME + 0.2)) < 0.03)
+    assert np.all(np.abs(res.positions[0, -1] - HOME) < 0.01)
+    # The box (half height 0.025 m) rests on the table top (z = 0).
+    assert res.object_poses[0, -1, 0, 2] == pytest.approx(0.025, abs=2e-3)
+
+
+def test_batched_rollout_matches_single_rollouts_and_threads(twin):
+    times, pos = _move(HOME)
+    samples = [{'joint/shoulder_pan_joint/damping': d, 'global/command_latency': lat}
+               for d, lat in [(0.5, 0.0), (2.0, 0.01), (5.0, 0.03)]]
+    batch1 = twin.rollout(HOME, None, times, pos, param_samples=samples, nthread=1)
+    batch2 = twin.rollout(HOME, None, times, pos, param_samples=samples, nthread=2)
+    np.testing.assert_array_equal(batch1.positions, batch2.positions)
+    for b, s in enumerate(samples):
+        tw = Twin(twin.robot, scene=SCENE, parameters=s)
+        single = tw.rollout(HOME, None, times, pos)
+        np.testing.assert_allclose(single.positions[0], batch1.positions[b], atol=1e-10)
+    # The samples differ: more latency lags more.
+    k = 300
+    lag = np.abs(batch1.positions[:, k, 0] - (HOME[0] + 0.2 * k / 600))
+    assert lag[0] < lag[1] < lag[2]
+
+
+def test_latency_delays_the_response_by_exactly_that_time(robot):
+    tw = Twin(robot)
+    times, pos = _move(HOME)
+    base = tw.rollout(HOME, None, times, pos, param_samples=[{'global/command_latency': 0.0}])
+    late = tw.rollout(HOME, None, times, pos, param_samples=[{'global/command_latency': 0.025}])
+    shift = 25   # steps of 1 ms
+    np.testing.assert_allclose(late.positions[0, shift:900], base.positions[0, :900 - shift],
+                               atol=1e-9)
+
+
+def test_step_queue_delays_ctrl(robot):
+    tw = Twin(robot, parameters={'global/command_latency': 0.005})
+    tw.reset(HOME)
+    target = HOME + 0.1
+    applied = []
+    for _ in range(8):
+        tw.step(target)
+        applied.append(tw.data.ctrl[tw._act[0]])
+    # The first 5 steps still hold HOME; then the new reference arrives.
+    np.testing.assert_allclose(applied[:5], HOME[0])
+    np.testing.assert_allclose(applied[5:], target[0])
+
+
+def test_twin_with_true_parameters_tracks_the_emulated_cell():
+    spec = load_cell_spec(default_cell_spec_path())
+    spec = dataclasses.replace(spec, objects=(), cameras=(),
+                               robot=dataclasses.replace(spec.robot, joint_state_noise_std=0.0))
+    world = EmulatedWorld(spec)
+    names = list(world.joint_names)
+    truth = spec.hidden_truth(names)
+    keys = [k for k in truth if k.startswith(('joint/', 'actuator/'))] + [
+        'global/command_latency', 'global/gravity_compensation']
+    tw = Twin(load_robot(default_cell_urdf()), parameters={k: truth[k] for k in keys})
+    world.step_for(0.3)
+    ref0 = world.controller_state()['reference_positions']
+    q0, qd0 = world.true_joint_positions(), world.joint_velocities()
+    times, pos = _move(np.asarray(spec.robot.initial_positions), 0.15)
+    world.set_trajectory(JointTrajectoryCommand(names, times, pos), now=world.time)
+    rec = []
+    for _ in range(140):
+        world.step_for(0.01)
+        rec.append(world.true_joint_positions())
+    sim = tw.rollout(q0, qd0, times, pos, reference_start=ref0,
+                     sample_times=np.arange(1, 141) * 0.01).positions[0]
+    err = np.abs(sim - np.array(rec)).max()
+    assert err < 2e-4, err   # vs ~0.15 rad of motion: same physics up to solver details
+
+
+@pytest.mark.parametrize('timestep,why', [(0.05, 'outside its limits'), (0.1, 'reset')])
+def test_unstable_twin_raises(robot, timestep, why):
+    # A stiff servo at a coarse step: explicit stiffness diverges.
+    tw = Twin(robot, timestep=timestep, parameters={'actuator/wrist_3_joint/kp': 1e6,
+                                                    'joint/wrist_3_joint/armature': 0.0})
+    times, pos = _move(HOME)
+    with pytest.raises(UnstableTwinError, match=why):
+        tw.rollout(HOME, None, times, pos)
+    with pytest.raises(UnstableTwinError, match='rollout 0'):
+        Twin(robot).rollout(HOME, np.full(6, 5e3), times, pos)
+
+
+def test_bad_rollout_inputs(twin):
+    with pytest.raises(InvalidRolloutError, match='6 finite'):
+        twin.rollout(HOME[:5], None, [1.0], [HOME])
+    with pytest.raises(InvalidRolloutError, match='strictly increasing'):
+        twin.rollout(HOME, None, [1.0, 0.5], [HOME, HOME])
+    with pytest.raises(UnknownParameterError, match='body/ghost/mass'):
+        twin.rollout(HOME, None, [1.0], [HOME], param_samples=[{'body/ghost/mass': 1.0}])
