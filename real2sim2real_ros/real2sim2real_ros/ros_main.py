@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
@@ -16,15 +17,20 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 def run_node(node_factory, args=None, num_threads: int = 4) -> int:
     """Build the node with ``node_factory()`` and spin it until shutdown; return an exit code."""
     rclpy.init(args=args)
-    # rclpy installs a SIGINT handler; route SIGTERM the same way so launchers can stop us.
-    signal.signal(signal.SIGTERM, lambda *_: rclpy.try_shutdown())
+    stop = threading.Event()
+    # Python runs signal handlers only between bytecodes of the main thread, so the main
+    # thread spins in short slices (spin_once with a timeout) and checks the flag: a node
+    # with no timers or traffic still stops promptly on SIGINT/SIGTERM from a launcher.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     node = None
     code = 0
     try:
         node = node_factory()
         executor = MultiThreadedExecutor(num_threads=num_threads)
         executor.add_node(node)
-        executor.spin()
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except ConfigurationError as exc:
@@ -32,6 +38,9 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
         print(f'[{getattr(exc, "node_name", "node")}] configuration error: {exc}',
               file=sys.stderr, flush=True)
         code = 2
+    except Exception:  # noqa: BLE001 - a shutdown race makes rcl raise 'context is not valid'
+        if rclpy.ok() and not stop.is_set():
+            raise
     finally:
         if node is not None:
             close = getattr(node, 'close', None)
