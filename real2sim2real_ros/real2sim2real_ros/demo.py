@@ -78,7 +78,9 @@ def main(argv=None) -> int:
             console.print(table)
             if result.bag_path:
                 info = bag_info(result.bag_path)
-                _say(f'recorded bag: {info}')
+                topics = ', '.join(f'{t} ({v["count"]})' for t, v in info['topics'].items())
+                _say(f'recorded rosbag2 {info["storage"]} bag {result.bag_path}: '
+                     f'{info["duration_s"]:.2f} s, {topics}')
             cmd.disarm()
     finally:
         rc = graph.stop(timeout=30)

@@ -81,7 +81,7 @@ class TopicListener:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
-        from real2sim2real_ros import qos as qos_profiles
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
         self._time = time
         self.ctx = rclpy.Context()
         kwargs = {'context': self.ctx}
@@ -91,8 +91,10 @@ class TopicListener:
         self.node = rclpy.create_node('test_listener', context=self.ctx)
         self.messages = []
         self._lock = threading.Lock()
-        self.node.create_subscription(msg_type, topic, self._on_msg,
-                                      qos or qos_profiles.STATE)
+        # Default: reliable with a deep history, so a loaded machine loses nothing on the
+        # reader's side (the publishers' own QoS still decides what is offered).
+        deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self.node.create_subscription(msg_type, topic, self._on_msg, qos or deep)
         self._executor = SingleThreadedExecutor(context=self.ctx)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, daemon=True)

@@ -57,7 +57,7 @@ ERROR_NAMES = {getattr(R, n): n for n in (
     'VELOCITY_LIMIT_VIOLATION', 'WORKSPACE_VIOLATION', 'TRACKING_ERROR', 'TIMEOUT', 'STOPPED',
     'CANCELED', 'BACKEND_UNAVAILABLE', 'BUSY')}
 FEEDBACK_PERIOD = 0.05      # s: ~20 Hz feedback and supervision
-MAX_EXTRAPOLATION = 0.25    # s: stop points are extrapolated from a state at most this old
+MAX_EXTRAPOLATION = 0.1     # s: stop points are extrapolated from a state at most this old
 
 
 class _Abort(Exception):
@@ -80,6 +80,7 @@ class _Execution:
     last_state_time: float = 0.0
     worst_joint: str = ''
     samples: int = 0
+    frozen: bool = False               # tracking statistics stop at the stop/abort command
 
 
 class RobotExecutorNode(Node):
@@ -95,6 +96,7 @@ class RobotExecutorNode(Node):
         self._state_vel: np.ndarray | None = None
         self._state_seen: np.ndarray | None = None   # per joint, node-clock time of last update
         self._state_stamp = -math.inf                 # when the latest state was measured
+        self._joint_index: dict[str, int] = {}
         self._executions = 0
         self._read_parameters()
 
@@ -187,6 +189,39 @@ class RobotExecutorNode(Node):
             raise ConfigurationError(f'workspace_min/workspace_max: {exc}') from None
         if not self.p_controller.strip('/'):
             raise ConfigurationError('controller_name must not be empty')
+        # Tunables may change at run time (ros2 param set); a running goal keeps its values
+        # where it copied them. rclpy checks the ranges; the workspace box is checked here.
+        self.add_on_set_parameters_callback(self._check_new_parameters)
+        self.add_post_set_parameters_callback(self._apply_new_parameters)
+
+    _DYNAMIC = {
+        'goal_timeout_margin': 'p_margin', 'max_tracking_error': 'p_max_err',
+        'goal_tolerance': 'p_goal_tol', 'start_tolerance': 'p_start_tol',
+        'stop_decel_time': 'p_decel', 'control_period': 'p_period',
+        'velocity_limit_scale': 'p_vel_scale', 'workspace_check_step': 'p_ws_step',
+        'state_timeout': 'p_state_timeout', 'run_dir': 'p_run_dir', 'record': 'p_record',
+    }
+
+    def _check_new_parameters(self, params):
+        from rcl_interfaces.msg import SetParametersResult
+        values = {p.name: p.value for p in params}
+        if 'workspace_min' in values or 'workspace_max' in values:
+            lo = values.get('workspace_min', self._workspace.minimum)
+            hi = values.get('workspace_max', self._workspace.maximum)
+            try:
+                es.Workspace(np.array(lo, float), np.array(hi, float))
+            except (es.SafetyConfigError, ValueError, TypeError) as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    def _apply_new_parameters(self, params):
+        for p in params:
+            if p.name in self._DYNAMIC:
+                setattr(self, self._DYNAMIC[p.name], p.value)
+            elif p.name in ('workspace_min', 'workspace_max'):
+                lo = self.get_parameter('workspace_min').value
+                hi = self.get_parameter('workspace_max').value
+                self._workspace = es.Workspace(np.array(lo, float), np.array(hi, float))
 
     # ------------------------------------------------------------------ robot model
 
@@ -200,12 +235,16 @@ class RobotExecutorNode(Node):
             text = f'robot description unusable: {str(exc).splitlines()[0] if str(exc) else exc}'
             if fatal:
                 raise ConfigurationError(text) from None
-            self.get_logger().error(text)
             with self._lock:
-                self._robot_error = text
+                if self._robot is None:
+                    self._robot_error = text
+                else:
+                    text += f'; keeping the previous model ({self._robot.name})'
+            self.get_logger().error(text)
             return
         with self._lock:
             self._robot, self._limits, self._robot_error = robot, limits, ''
+            self._joint_index = {n: i for i, n in enumerate(limits.names)}
             self._state_pos = np.full(len(limits.names), np.nan)
             self._state_vel = np.zeros(len(limits.names))
             self._state_stamp = -math.inf
@@ -230,7 +269,7 @@ class RobotExecutorNode(Node):
             limits = self._limits
             if limits is None:
                 return
-            index = {n: i for i, n in enumerate(limits.names)}
+            index = self._joint_index
             for k, name in enumerate(msg.name):
                 i = index.get(name)
                 if i is None or k >= len(msg.position) or not math.isfinite(msg.position[k]):
@@ -250,7 +289,8 @@ class RobotExecutorNode(Node):
             self._record(ex, self._joint_states_topic(), msg, now)
         if ex.monitor is not None and ex.t0 is not None and complete:
             with self._lock:
-                ex.monitor.update(now - ex.t0, q)
+                if not ex.frozen:
+                    ex.monitor.update(now - ex.t0, q)
                 ex.last_state_time = now
 
     def _joint_states_topic(self) -> str:
@@ -319,6 +359,8 @@ class RobotExecutorNode(Node):
     def _send_stop(self, ex: _Execution | None) -> str:
         """Publish the stop ramp from the latest state; returns what was done."""
         with self._lock:
+            if ex is not None:
+                ex.frozen = True
             limits = self._limits
             q = None if self._state_pos is None else self._state_pos.copy()
             v = None if self._state_vel is None else self._state_vel.copy()
@@ -439,6 +481,8 @@ class RobotExecutorNode(Node):
         with self._lock:
             if ex.stop_reason:
                 raise _Abort(R.STOPPED, ex.stop_reason)
+            if not self._armed:    # disarmed while the trajectory was being validated
+                raise _Abort(R.NOT_ARMED, 'executor was disarmed before the motion started')
             ex.monitor = monitor
             ex.t0 = self._now()
             ex.last_state_time = ex.t0
@@ -537,7 +581,7 @@ class RobotExecutorNode(Node):
     def _open_bag(self, ex: _Execution, stage):
         from ..core.bag_io import BagWriter
         try:
-            bag = BagWriter(stage.folder / 'trajectory.mcap').open()
+            bag = BagWriter(stage.folder / 'trajectory').open()
             bag.add_topic(self._backend.record_topic, self._backend.record_type)
             bag.add_topic(self._joint_states_topic(), 'sensor_msgs/msg/JointState')
         except Exception as exc:  # noqa: BLE001 - a broken recorder must not stop the motion
@@ -607,8 +651,16 @@ class RobotExecutorNode(Node):
         self._action.destroy()
 
 
+def _make_node():
+    try:
+        return RobotExecutorNode()
+    except ConfigurationError as exc:
+        exc.node_name = 'robot_executor'
+        raise
+
+
 def main(args=None):
-    return run_node(RobotExecutorNode, args=args)
+    return run_node(_make_node, args=args)
 
 
 if __name__ == '__main__':
