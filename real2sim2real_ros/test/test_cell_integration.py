@@ -255,3 +255,17 @@ def test_trajectory_outside_joint_limits_is_rejected_and_nothing_moves(graph, jo
     time.sleep(0.5)
     assert np.max(np.abs(_current(cmd) - q0)) < 0.005
     assert cmd.executor_status().armed, 'a rejected goal leaves the executor armed'
+
+
+def test_tip_outside_the_workspace_is_rejected_and_nothing_moves(graph, joints):
+    """The default params keep the tool tip above the table top (z >= 0): a move that would
+    drive it into the table is refused before anything is sent."""
+    _, cmd, _ = graph
+    _ensure_armed(cmd)
+    q0 = _current(cmd)
+    down = list(q0)
+    down[1] += 0.6  # shoulder lift down: the tip goes through the table top
+    result = cmd.execute_trajectory(joints, [(3.0, down)], timeout=20)
+    assert result.error_code == R.WORKSPACE_VIOLATION, result.error_msg
+    time.sleep(0.5)
+    assert np.max(np.abs(_current(cmd) - q0)) < 0.005
