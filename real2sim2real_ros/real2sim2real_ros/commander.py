@@ -21,11 +21,19 @@ from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_srvs.srv import Trigger
+from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from real2sim2real_msgs.action import ExecuteTrajectory
-from real2sim2real_msgs.srv import GetStatus, ResetObjects
+from real2sim2real_msgs.action import ExecuteTrajectory, Identify, Rollout
+from real2sim2real_msgs.msg import PhysicalParameter, PhysicalParameterSet
+from real2sim2real_msgs.srv import (
+    GetPhysicalParameters,
+    GetStatus,
+    ResetObjects,
+    ResetSim,
+    SetPhysicalParameters,
+    StepSim,
+)
 
 from . import qos
 from .ros_time import duration_msg
@@ -37,6 +45,12 @@ GRAPH = {
         ['robot_executor/arm', 'robot_executor/disarm', 'robot_executor/stop',
          'robot_executor/get_status'],
         ['robot_executor/execute_trajectory']),
+    'sim_server': (
+        ['sim_server/reset', 'sim_server/set_pause', 'sim_server/step',
+         'sim_server/set_physical_parameters', 'sim_server/get_physical_parameters',
+         'sim_server/load_scene'],
+        ['sim_server/rollout']),
+    'system_identification': ([], ['system_identification/identify']),
 }
 
 
@@ -224,3 +238,63 @@ class Commander:
     def reset_objects(self, object_ids: Sequence[str] = ()) -> ResetObjects.Response:
         return self.call(ResetObjects, 'emulated_cell/reset_objects',
                          ResetObjects.Request(object_ids=list(object_ids)))
+
+    # -- twin (sim_server) ---------------------------------------------------------------------
+    def sim_reset(self, qpos: Sequence[float] = (), qvel: Sequence[float] = (),
+                  keyframe: str = '') -> ResetSim.Response:
+        return self.call(ResetSim, 'sim_server/reset', ResetSim.Request(
+            keyframe=keyframe, qpos=[float(v) for v in qpos], qvel=[float(v) for v in qvel]))
+
+    def sim_pause(self, paused: bool = True) -> SetBool.Response:
+        return self.call(SetBool, 'sim_server/set_pause', SetBool.Request(data=bool(paused)))
+
+    def sim_step(self, steps: int = 1, timeout: float = 60.0) -> StepSim.Response:
+        """Advance the paused twin by ``steps`` physics steps."""
+        return self.call(StepSim, 'sim_server/step', StepSim.Request(steps=int(steps)),
+                         timeout=timeout)
+
+    def set_physical_parameters(self, values) -> SetPhysicalParameters.Response:
+        """``values``: {name: value} or PhysicalParameter messages."""
+        params = list(values) if not isinstance(values, dict) else [
+            PhysicalParameter(name=n, value=float(v), lower_95=float(v), upper_95=float(v),
+                              prior=float(v)) for n, v in values.items()]
+        return self.call(SetPhysicalParameters, 'sim_server/set_physical_parameters',
+                         SetPhysicalParameters.Request(parameters=params))
+
+    def get_physical_parameters(self, names: Sequence[str] = ()
+                                ) -> GetPhysicalParameters.Response:
+        return self.call(GetPhysicalParameters, 'sim_server/get_physical_parameters',
+                         GetPhysicalParameters.Request(names=list(names)))
+
+    def rollout(self, joint_names: Sequence[str],
+                points: Sequence[tuple[float, Sequence[float]]], *,
+                initial_qpos: Sequence[float] = (), initial_qvel: Sequence[float] = (),
+                parameter_samples: Sequence[dict] = (), sample_period: float = 0.0,
+                feedback: Callable | None = None, timeout: float = 120.0,
+                cancel_after: float | None = None):
+        """Twin rollout of ``points`` ((t, positions) pairs), once per {name: value} sample.
+        Result positions are flat: num_rollouts x num_samples x len(joint_names)."""
+        traj = JointTrajectory(joint_names=list(joint_names))
+        for t, q in points:
+            traj.points.append(JointTrajectoryPoint(
+                positions=[float(v) for v in q], time_from_start=duration_msg(t)))
+        samples = [PhysicalParameterSet(parameters=[
+            PhysicalParameter(name=n, value=float(v)) for n, v in s.items()])
+            for s in parameter_samples]
+        goal = Rollout.Goal(initial_qpos=[float(v) for v in initial_qpos],
+                            initial_qvel=[float(v) for v in initial_qvel], commands=traj,
+                            parameter_samples=samples, sample_period=float(sample_period))
+        return self.run_action(Rollout, 'sim_server/rollout', goal, feedback=feedback,
+                               timeout=timeout, cancel_after=cancel_after)
+
+    # -- system identification -----------------------------------------------------------------
+    def identify(self, bag_paths: Sequence[str] = (), parameter_names: Sequence[str] = (),
+                 num_probes: int = 0, run_dir: str = '', *, feedback: Callable | None = None,
+                 timeout: float = 600.0, cancel_after: float | None = None):
+        """Identify the twin's parameters (live probes through the ARMED executor when no bags
+        are given). Returns the Identify result."""
+        goal = Identify.Goal(bag_paths=[str(b) for b in bag_paths],
+                             parameter_names=list(parameter_names), num_probes=int(num_probes),
+                             run_dir=str(run_dir))
+        return self.run_action(Identify, 'system_identification/identify', goal,
+                               feedback=feedback, timeout=timeout, cancel_after=cancel_after)

@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 import pytest
-from conftest import TopicListener
+
+from real2sim2real_ros.topic_listener import TopicListener
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +42,14 @@ def _goal_points(q0, delta, duration):
     return [(duration / 2, list((q0 + q1) / 2)), (duration, list(q1))]
 
 
-def _ensure_armed(cmd):
-    resp = cmd.arm()
+def _ensure_armed(cmd, timeout=15.0):
+    # The executor refuses to arm until it has the robot description (latched topic).
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = cmd.arm()
+        if resp.success or 'waiting' not in resp.message or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert resp.success, resp.message
 
 
@@ -191,7 +198,10 @@ def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph
     try:
         assert listener.wait_for(20, timeout=10)
         worker.start()
-        time.sleep(1.0)  # mid-motion: about 0.3 rad/s on the pan joint
+        t_start = time.monotonic()
+        # The goal's own trajectory reaching the controller topic shows the listener is matched.
+        assert commands.wait_for(1, timeout=10), 'no trajectory on the controller topic'
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - t_start)))  # mid-motion, ~0.3 rad/s
         t_call = time.monotonic()
         resp = cmd.stop()
         t_resp = time.monotonic()
@@ -219,8 +229,10 @@ def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph
     after = np.nonzero((times >= t_hold) & (smooth < 0.05))[0]
     assert after.size, 'speeds never came to about zero'
     still = times[after[0]]
-    ref_still = next(t for t, m in reference.snapshot()
-                     if t >= t_hold and max(abs(v) for v in m.velocity) < 1e-6)
+    refs = [(t, max(abs(v) for v in m.velocity)) for t, m in reference.snapshot()
+            if t >= t_hold]
+    ref_still = next((t for t, v in refs if v < 1e-4), None)
+    assert ref_still is not None, f'reference never at rest after the hold: {refs[:10]}'
     print(f'e-stop: stop call -> hold command {1e3 * (t_hold - t_call):.0f} ms '
           f'(service answered in {1e3 * (t_resp - t_call):.0f} ms); hold command -> '
           f'controller reference at rest {1e3 * (ref_still - t_hold):.0f} ms, -> measured '
@@ -232,7 +244,8 @@ def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph
     # The arm follows through its servo (PD time constant kv/kp ~ 36 ms on the pan joint of
     # the default cell) and the cell's 12 ms actuator latency; 3-sample smoothing adds 20 ms.
     assert still - t_hold < 0.15
-    assert smooth[times > still + 0.05].max() < 0.05, 'and they stay about zero'
+    settled = smooth[times > t_hold + 0.2]
+    assert settled.max() < 0.05, 'and after the servo transient (200 ms) they stay about zero'
     # A goal after the stop is refused until the operator arms again.
     result = cmd.execute_trajectory(joints, _goal_points(_current(cmd), [0.1] + [0] * 5, 1.0))
     assert result.error_code == R.NOT_ARMED

@@ -54,6 +54,25 @@ def test_objects_rest_and_reset(world):
         world.reset_objects(['sphere_9'])
 
 
+def test_object_friction_is_the_contact_friction(world):
+    """The table's larger friction must not mask an object's (MuJoCo takes the max of equal
+    priorities): every resting contact of an object has that object's sliding friction."""
+    world.reset()
+    world.step_for(0.3)
+    m, d = world.model, world.data
+    seen = {}
+    for c in d.contact[:d.ncon]:
+        for g in (c.geom1, c.geom2):
+            name = m.geom(g).name
+            if name.startswith('object/'):
+                seen[name.split('/')[-1]] = c.friction[0]
+    assert set(seen) == {'box_0', 'cylinder_0'}
+    table = world.spec.table.friction[0]
+    for oid, mu in seen.items():
+        assert world.spec.object(oid).friction[0] < table
+        assert mu == pytest.approx(world.spec.object(oid).friction[0])
+
+
 def test_command_latency(world):
     """A step in the reference reaches the servos `command_latency` later (+- 1 step)."""
     world.reset()

@@ -92,7 +92,7 @@ def test_first_point_at_time_zero_must_be_the_current_position():
     ([], np.zeros((0, 2)), NAMES, 'no points'),
     ([0.0, 1.0], [[0, 0], [0.1, 0]], ('shoulder', 'wrist'), "['wrist']"),
     ([0.0, 1.0], [[0], [0.1]], ('shoulder',), "['elbow']"),
-    ([0.0, 1.0], [[0, 0], [float('nan'), 0]], NAMES, 'not finite'),
+    ([0.0, 1.0], [[0, 0], [float('nan'), 0]], NAMES, "point 1, joint 'shoulder': nan"),
     ([0.0, 1.0], [[0, 0, 0], [0.1, 0, 0]], NAMES, 'shape'),
 ])
 def test_invalid_trajectories(times, positions, names, needle):
@@ -210,3 +210,26 @@ def test_stop_ramp_stays_inside_joint_limits():
     assert np.max(r.positions[:, 0]) == pytest.approx(2.0)
     with pytest.raises(es.SafetyConfigError, match='control_period'):
         stop_ramp([0.0], [0.0], 0.1, 0.0)
+
+
+def test_default_cell_arm_limits_and_workspace_with_real_fk():
+    rd = pytest.importorskip('real2sim2real_ros.core.robot_description')
+    robot = rd.load_robot(rd.default_cell_urdf())
+    limits = JointLimits.from_robot(robot)
+    assert limits.names == robot.joint_names
+    np.testing.assert_allclose(limits.velocity, robot.velocity_limits)
+    home = np.array(rd.CELL_ARM_HOME)
+    tip_z = robot.fk(home)[0][2]
+    ws = Workspace([-1.5, -1.5, tip_z - 0.05], [1.5, 1.5, 1.5])
+    # Lowering the shoulder (positive shoulder_lift) drops the tool below the floor of the box.
+    low = home + [0, 0.4, 0, 0, 0, 0]
+    assert robot.fk(low)[0][2] < tip_z - 0.05
+    t = Trajectory(limits.names, np.array([2.0]), low[None, :])
+    with pytest.raises(TrajectoryViolation) as info:
+        validate_trajectory(t, limits, home, fk=robot.fk, workspace=ws)
+    assert info.value.kind == es.WORKSPACE_VIOLATION
+    assert 'between points -1 and 0' in info.value.message and 'out on z' in info.value.message
+    up = home + [0.3, -0.2, 0, 0, 0, 0]
+    out = validate_trajectory(Trajectory(limits.names, np.array([2.0]), up[None, :]), limits,
+                              home, fk=robot.fk, workspace=ws)
+    assert out.workspace_samples == 7      # 0.3 rad in 0.05 rad steps: 6 sub-segments

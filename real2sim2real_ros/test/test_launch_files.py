@@ -15,7 +15,8 @@ LAUNCH_FILES = sorted(LAUNCH_DIR.glob('*.launch.xml'))
 
 def test_package_has_the_documented_launch_files():
     names = {p.name for p in LAUNCH_FILES}
-    assert {'bringup.launch.xml', 'cell_emulated.launch.xml', 'cell_real.launch.xml'} <= names
+    assert {'bringup.launch.xml', 'cell_emulated.launch.xml', 'cell_real.launch.xml',
+            'twin.launch.xml'} <= names
 
 
 @pytest.mark.parametrize('path', LAUNCH_FILES, ids=lambda p: p.name)
@@ -32,13 +33,15 @@ def test_bringup_plan_for_each_cell(share_dir):
     from real2sim2real_ros.launch_runner import launch_plan_commands, parse_launch_file
     bringup = share_dir / 'launch' / 'bringup.launch.xml'
     emulated = parse_launch_file(bringup, {'cell': 'emulated', 'namespace': 'cell_a'})
-    assert sorted(n.name for n in emulated.nodes) == ['emulated_cell', 'robot_executor']
+    assert sorted(n.name for n in emulated.nodes) == [
+        'emulated_cell', 'robot_executor', 'sim_server', 'system_identification']
     assert {n.namespace for n in emulated.nodes} == {'/cell_a'}
     cmds = launch_plan_commands(emulated)
     for cmd in cmds:
         assert '--params-file' in cmd and '__ns:=/cell_a' in ' '.join(cmd)
     real = parse_launch_file(bringup, {'cell': 'real'})
-    assert [n.name for n in real.nodes] == ['robot_executor']
+    assert [n.name for n in real.nodes] == ['robot_executor', 'sim_server',
+                                            'system_identification']
     backend = [p for p in real.nodes[0].parameters if getattr(p, 'name', '') == 'backend']
     assert backend and backend[0].value == 'follow_joint_trajectory'
 

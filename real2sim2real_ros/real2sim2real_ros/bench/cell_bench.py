@@ -5,51 +5,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 
-class _Collector:
-    """Subscriptions in an rclpy context of their own; records (receive wall time, msg)."""
-
-    def __init__(self, subs: dict, qos_profile):
-        import rclpy
-        from rclpy.executors import MultiThreadedExecutor
-        self.ctx = rclpy.Context()
-        rclpy.init(context=self.ctx)
-        self.node = rclpy.create_node('bench_collector', context=self.ctx)
-        self.data = {topic: [] for topic in subs}
-        for topic, msg_type in subs.items():
-            self.node.create_subscription(
-                msg_type, topic,
-                lambda m, t=topic: self.data[t].append((time.time(), m)), qos_profile)
-        self.ex = MultiThreadedExecutor(num_threads=2, context=self.ctx)
-        self.ex.add_node(self.node)
-        self.th = threading.Thread(target=self._spin, daemon=True)
-        self.th.start()
-
-    def _spin(self):
-        try:
-            self.ex.spin()
-        except Exception:  # noqa: BLE001
-            pass
-
-    def close(self):
-        import rclpy
-        self.ex.shutdown(timeout_sec=1)
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.ctx)
+def _listen(msg_type, topic, qos_profile):
+    from real2sim2real_ros.topic_listener import TopicListener
+    return TopicListener(msg_type, topic, qos=qos_profile, clock=time.time)
 
 
 def image_transport(qos_name: str, rate=30.0, seconds=8.0) -> dict:
     from sensor_msgs.msg import Image
 
     from real2sim2real_ros import qos
-    col = _Collector({'/camera/color/image_raw': Image, '/camera/depth/image_rect_raw': Image},
-                     qos.by_name(qos_name))
+    topics = {'rgb': '/camera/color/image_raw', 'depth': '/camera/depth/image_rect_raw'}
+    listeners = {k: _listen(Image, t, qos.by_name(qos_name)) for k, t in topics.items()}
     try:
         proc = subprocess.run(
             [sys.executable, '-m', 'real2sim2real_ros.bench.image_publisher', '--rate',
@@ -58,11 +30,11 @@ def image_transport(qos_name: str, rate=30.0, seconds=8.0) -> dict:
         sent = int(proc.stdout.split('sent ')[-1].split()[0]) if 'sent' in proc.stdout else 0
         time.sleep(0.5)
     finally:
-        col.close()
+        for listener in listeners.values():
+            listener.close()
     out = {'qos': qos_name, 'rate_hz': rate, 'sent': sent}
-    for key, topic in (('rgb', '/camera/color/image_raw'),
-                       ('depth', '/camera/depth/image_rect_raw')):
-        msgs = col.data[topic]
+    for key, listener in listeners.items():
+        msgs = listener.messages
         lat = [(t - (m.header.stamp.sec + m.header.stamp.nanosec * 1e-9)) * 1e3 for t, m in msgs]
         out[key] = {
             'received': len(msgs),
@@ -92,12 +64,12 @@ def cell_fast_mode_rtf(run_dir: Path, seconds=6.0) -> dict:
     try:
         with Commander(node_name='bench_rtf') as cmd:
             cmd.wait_until_up(timeout=90)
-        col = _Collector({'/clock': Clock}, qos.CLOCK)
+        col = _listen(Clock, '/clock', qos.CLOCK)
         time.sleep(seconds)
         col.close()
     finally:
         graph.stop(timeout=30)
-    ticks = col.data['/clock']
+    ticks = col.messages
     (w0, c0), (w1, c1) = ticks[len(ticks) // 10], ticks[-1]
     sim = (c1.clock.sec + c1.clock.nanosec * 1e-9) - (c0.clock.sec + c0.clock.nanosec * 1e-9)
     return {'sim_s': sim, 'wall_s': w1 - w0, 'real_time_factor': sim / (w1 - w0),
@@ -118,19 +90,19 @@ def cell_camera_and_executor(run_dir: Path, trials=5) -> dict:
     try:
         with Commander(node_name='bench_exec') as cmd:
             cmd.wait_until_up(timeout=90)
-            cam = _Collector({'/camera/color/image_raw': Image}, qos.IMAGES)
+            cam = _listen(Image, '/camera/color/image_raw', qos.IMAGES)
             time.sleep(5.0)
             cam.close()
-            frames = cam.data['/camera/color/image_raw']
+            frames = cam.messages
             if len(frames) > 2:
                 span = frames[-1][0] - frames[0][0]
                 lat = [(t - (m.header.stamp.sec + m.header.stamp.nanosec * 1e-9)) * 1e3
                        for t, m in frames]
                 out['cell_camera'] = {'fps': (len(frames) - 1) / span,
                                       'latency_ms_median': float(np.median(lat))}
-            col = _Collector({'/joint_states': JointState}, qos.STATE)
-            col2 = _Collector({'/joint_trajectory_controller/joint_trajectory': JointTrajectory},
-                              qos.COMMAND)
+            col = _listen(JointState, '/joint_states', qos.STATE)
+            col2 = _listen(JointTrajectory, '/joint_trajectory_controller/joint_trajectory',
+                           qos.COMMAND)
             cmd.arm()
             goal_lat, cmd_lat = [], []
             sign = 1.0
@@ -140,12 +112,12 @@ def cell_camera_and_executor(run_dir: Path, trials=5) -> dict:
                 q1 = q0.copy()
                 q1[0] += 0.3 * sign
                 sign = -sign
-                n_cmd = len(col2.data['/joint_trajectory_controller/joint_trajectory'])
+                n_cmd = len(col2.messages)
                 t_goal = time.time()
                 cmd.execute_trajectory(js.name, [(1.0, list(q1))], record=False, timeout=30)
-                moved = next((t for t, m in col.data['/joint_states']
+                moved = next((t for t, m in col.messages
                               if t > t_goal and abs(m.position[0] - q0[0]) > 0.002), None)
-                cmds = col2.data['/joint_trajectory_controller/joint_trajectory'][n_cmd:]
+                cmds = col2.messages[n_cmd:]
                 if moved is not None:
                     goal_lat.append((moved - t_goal) * 1e3)
                     if cmds:

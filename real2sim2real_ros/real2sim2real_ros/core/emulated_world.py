@@ -25,6 +25,7 @@ from .joint_trajectory import JointTrajectoryCommand, TrajectoryFollower
 
 ROBOT_PREFIX = 'robot/'
 OBJECT_PREFIX = 'object/'
+OBJECT_GEOM_PRIORITY = 1   # above the table's and the robot's default 0
 
 
 class WorldBuildError(RuntimeError):
@@ -261,9 +262,12 @@ class EmulatedWorld:
         body.mass = obj.mass
         body.ipos = list(obj.com_offset)
         body.inertia = _solid_inertia(obj)
+        # MuJoCo mixes the friction of two geoms of equal priority by taking the maximum, so
+        # the table's (usually larger) friction would mask the object's: a higher priority
+        # makes the object's own friction the contact's friction against table and robot.
         geom_kw = dict(name=OBJECT_PREFIX + obj.id, friction=list(obj.friction),
                        rgba=list(obj.rgba), solref=list(c.solref), solimp=list(c.solimp),
-                       condim=4, mass=0)
+                       condim=4, mass=0, priority=OBJECT_GEOM_PRIORITY)
         if obj.edge_radius > 0:
             mesh = world.add_mesh(name=f'{OBJECT_PREFIX}{obj.id}/rounded')
             mesh.uservert = _rounded_vertices(obj).ravel().tolist()

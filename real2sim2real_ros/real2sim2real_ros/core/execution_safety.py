@@ -178,9 +178,9 @@ def validate_trajectory(
     if n > max_points:
         raise TrajectoryViolation(INVALID_TRAJECTORY,
                                   f'trajectory has {n} points, more than the {max_points} allowed')
-    q = _points_array(traj.positions, n, len(names), 'positions', required=True)[:, order]
-    v = _points_array(traj.velocities, n, len(names), 'velocities')
-    a = _points_array(traj.accelerations, n, len(names), 'accelerations')
+    q = _points_array(traj.positions, n, names, 'positions', required=True)[:, order]
+    v = _points_array(traj.velocities, n, names, 'velocities')
+    a = _points_array(traj.accelerations, n, names, 'accelerations')
     v = None if v is None else v[:, order]
     a = None if a is None else a[:, order]
 
@@ -241,7 +241,8 @@ def _joint_order(names, robot_names) -> list[int]:
     return [names.index(n) for n in robot_names]
 
 
-def _points_array(values, n, j, what, required=False):
+def _points_array(values, n, names, what, required=False):
+    j = len(names)
     if values is None or (not required and np.size(values) == 0):
         if required:
             raise TrajectoryViolation(INVALID_TRAJECTORY, f'trajectory has no {what}')
@@ -257,7 +258,8 @@ def _points_array(values, n, j, what, required=False):
     if bad.size:
         i, k = bad[0]
         raise TrajectoryViolation(
-            INVALID_TRAJECTORY, f'{what} at point {i}, joint index {k}: {arr[i, k]} is not finite')
+            INVALID_TRAJECTORY,
+            f'{what} at point {i}, joint {names[k]!r}: {arr[i, k]} is not finite')
     return arr
 
 

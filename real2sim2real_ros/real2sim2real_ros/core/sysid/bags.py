@@ -1,0 +1,127 @@
+"""Identification inputs from the executor's recordings (ROS-free).
+
+The robot_executor records each execution to a rosbag2 MCAP folder holding the commanded
+``trajectory_msgs/JointTrajectory`` (stamped with the executor's clock when it was sent) and
+the ``sensor_msgs/JointState`` stream (bag time: when the executor received it; header stamp:
+when the cell measured it). :func:`recording_from_bag` turns one into a
+:class:`~.fit.Recording` on the trajectory's time axis:
+
+* sample time = header stamp + clock offset - send time. The clock offset is the smallest
+  (receive time - header stamp) over the bag: the cell's clock against the executor's plus
+  the fastest delivery, which also approximates the command's own delivery delay; so the
+  transport delay does not end up in the identified command latency, and a cell whose clock
+  slipped behind the wall clock still lines up;
+* q0 = mean of the samples in the first ``rest_window`` seconds (the arm is at rest there:
+  the probe envelope starts flat and the command latency delays any motion), which averages
+  the sensor noise out of the initial state.
+
+A bag without either topic raises :class:`MissingTopicsError` (Identify MISSING_TOPICS).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..bag_io import BagError, BagReader
+from .fit import Recording
+
+__all__ = ['BagRecordingError', 'MissingTopicsError', 'recording_from_bag']
+
+JOINT_STATE_TYPE = 'sensor_msgs/msg/JointState'
+TRAJECTORY_TYPE = 'trajectory_msgs/msg/JointTrajectory'
+
+
+class BagRecordingError(ValueError):
+    """A bag cannot be turned into a recording (unreadable, too short, wrong joints)."""
+
+
+class MissingTopicsError(BagRecordingError):
+    """The bag lacks a joint_states or a joint_trajectory topic."""
+
+
+def _stamp(t) -> float:
+    return t.sec + t.nanosec * 1e-9
+
+
+def _pick_topic(topics: dict, msgtype: str, wanted: str | None, path) -> str | None:
+    if wanted:
+        t = topics.get(wanted)
+        return wanted if t is not None and t.msgtype == msgtype and t.count else None
+    hits = [n for n, t in topics.items() if t.msgtype == msgtype and t.count]
+    return sorted(hits, key=lambda n: -topics[n].count)[0] if hits else None
+
+
+def recording_from_bag(path, joint_names, *, joint_states_topic: str | None = None,
+                       trajectory_topic: str | None = None, rest_window: float = 0.03,
+                       name: str | None = None) -> Recording:
+    """A Recording (joints in ``joint_names`` order) from one executor bag.
+
+    Topics are found by type unless named. The first JointTrajectory message is the
+    commanded one (later ones are stop ramps).
+    """
+    path = Path(path)
+    names = list(joint_names)
+    try:
+        reader = BagReader(path)
+    except (BagError, OSError, ValueError) as exc:
+        raise MissingTopicsError(f'cannot read bag {path}: {exc}') from None
+    with reader:
+        topics = reader.topics
+        js_topic = _pick_topic(topics, JOINT_STATE_TYPE, joint_states_topic, path)
+        tr_topic = _pick_topic(topics, TRAJECTORY_TYPE, trajectory_topic, path)
+        missing = [f'{what} ({t})' for what, t, got in (
+            (joint_states_topic or 'joint_states', JOINT_STATE_TYPE, js_topic),
+            (trajectory_topic or 'joint_trajectory', TRAJECTORY_TYPE, tr_topic)) if got is None]
+        if missing:
+            raise MissingTopicsError(
+                f'bag {path} has no {" and no ".join(missing)} messages; it has '
+                f'{sorted((n, t.msgtype) for n, t in topics.items())}')
+        command, t_send = None, None
+        recv, stamps, rows = [], [], []
+        for topic, msgtype, ts, raw in reader.messages([js_topic, tr_topic]):
+            msg = reader.deserialize(raw, msgtype)
+            if topic == tr_topic:
+                if command is None:
+                    command, t_send = msg, ts * 1e-9
+                continue
+            index = {n: i for i, n in enumerate(msg.name)}
+            if any(n not in index for n in names) or len(msg.position) < len(msg.name):
+                continue
+            recv.append(ts * 1e-9)
+            stamps.append(_stamp(msg.header.stamp))
+            rows.append([msg.position[index[n]] for n in names])
+    cmd_index = {n: i for i, n in enumerate(command.joint_names)}
+    absent = [n for n in names if n not in cmd_index]
+    if absent:
+        raise BagRecordingError(f'bag {path}: the commanded trajectory lacks joints {absent}')
+    if not command.points:
+        raise BagRecordingError(f'bag {path}: the commanded trajectory has no points')
+    order = [cmd_index[n] for n in names]
+    traj_times = np.array([_stamp(p.time_from_start) for p in command.points])
+    traj_pos = np.array([np.asarray(p.positions, float)[order] for p in command.points])
+    has_vel = all(len(p.velocities) == len(cmd_index) for p in command.points)
+    traj_vel = (np.array([np.asarray(p.velocities, float)[order] for p in command.points])
+                if has_vel else None)
+    recv, stamps, q = np.array(recv), np.array(stamps), np.array(rows, float)
+    if stamps.size and np.all(stamps > 0):
+        times = stamps + np.min(recv - stamps) - t_send
+    else:   # unstamped states: receive times are all there is
+        times = recv - t_send
+    keep = times >= 0.0
+    times, q = times[keep], q[keep]
+    # The executor stops recording once the arm is at the goal: the last state may come a
+    # few ms before the last point's time.
+    if times.size < 10 or times[-1] < 0.9 * traj_times[-1]:
+        raise BagRecordingError(
+            f'bag {path}: {times.size} joint states after the command, covering '
+            f'{times[-1] if times.size else 0:.2f} s of a {traj_times[-1]:.2f} s trajectory')
+    order_t = np.argsort(times, kind='stable')
+    times, q = times[order_t], q[order_t]
+    times, first = np.unique(times, return_index=True)
+    q = q[first]
+    rest = times < rest_window
+    q0 = q[rest].mean(axis=0) if rest.any() else q[0]
+    ref0 = traj_pos[0] if traj_times[0] == 0.0 else q0
+    return Recording(times, q, q0, traj_times, traj_pos, traj_vel, None, ref0,
+                     name=name or path.name)

@@ -1,0 +1,66 @@
+"""Collect one topic's messages in an rclpy context of its own (tests, benchmarks, tools).
+
+The listener spins on a background thread, optionally in another ROS domain, and keeps
+(receive time, message) pairs. Its default QoS is reliable with a deep history, so a loaded
+machine loses nothing on the reader's side (the publisher's QoS still decides what is offered).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+
+class TopicListener:
+    """``messages`` holds (receive time from ``clock``, msg)."""
+
+    def __init__(self, msg_type, topic: str, qos=None, domain_id: int | None = None,
+                 clock=time.monotonic):
+        self._clock = clock
+        self.ctx = rclpy.Context()
+        kwargs = {'context': self.ctx}
+        if domain_id is not None:
+            kwargs['domain_id'] = domain_id
+        rclpy.init(**kwargs)
+        self.node = rclpy.create_node('topic_listener', context=self.ctx)
+        self.messages = []
+        self._lock = threading.Lock()
+        # Default: reliable with a deep history, so a loaded machine loses nothing on the
+        # reader's side (the publishers' own QoS still decides what is offered).
+        deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self.node.create_subscription(msg_type, topic, self._on_msg, qos or deep)
+        self._executor = SingleThreadedExecutor(context=self.ctx)
+        self._executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self):
+        try:
+            self._executor.spin()
+        except Exception:  # noqa: BLE001 - context shut down
+            pass
+
+    def _on_msg(self, msg):
+        with self._lock:
+            self.messages.append((self._clock(), msg))
+
+    def snapshot(self):
+        with self._lock:
+            return list(self.messages)
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.messages) >= count:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self):
+        self._executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.ctx)
+        self._thread.join(timeout=2.0)
