@@ -51,7 +51,15 @@ GRAPH = {
          'sim_server/load_scene'],
         ['sim_server/rollout']),
     'system_identification': ([], ['system_identification/identify']),
+    'camera_capture': ([], ['camera_capture/capture']),
 }
+# Only the emulated cell has these; a physical cell brings its own drivers instead.
+EMULATED_ONLY = ('emulated_cell',)
+
+
+def expected_graph(cell: str = 'emulated') -> dict:
+    """The nodes, services and actions bringup.launch.xml starts for ``cell:=<cell>``."""
+    return {k: v for k, v in GRAPH.items() if cell == 'emulated' or k not in EMULATED_ONLY}
 
 
 class CommanderError(RuntimeError):

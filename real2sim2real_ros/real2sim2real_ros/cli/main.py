@@ -6,8 +6,8 @@ import sys
 
 
 def _commander(args):
-    from real2sim2real_ros.commander import Commander
-    return Commander(namespace=args.namespace)
+    from real2sim2real_ros.commander import Commander, expected_graph
+    return Commander(namespace=args.namespace, expected=expected_graph(args.cell))
 
 
 def cmd_launch(args, rest) -> int:
@@ -82,6 +82,8 @@ def cmd_reset_objects(args, _rest) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='r2s2r', description=__doc__)
     p.add_argument('--namespace', default='', help='namespace of the graph (bringup namespace:=)')
+    p.add_argument('--cell', default='emulated', choices=['emulated', 'real'],
+                   help='which bringup the graph is (bringup cell:=)')
     sub = p.add_subparsers(dest='verb', required=True)
     sub.add_parser('launch', add_help=False,
                    help='run a launch file: r2s2r launch PKG FILE [name:=value ...]')
@@ -95,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument('--no-record', action='store_true', help='do not record an MCAP bag')
     r = sub.add_parser('reset-objects', help='put the emulated cell\'s objects back')
     r.add_argument('ids', nargs='*', help='object ids (default: all)')
+    from real2sim2real_ros.cli import capture_cli
+    capture_cli.add_parser(sub)
     try:
         from real2sim2real_ros.cli import bag_cli
         bag_cli.add_parser(sub)
@@ -119,7 +123,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv[:i + 1])
         return cmd_launch(args, argv[i + 1:])
     args = parser.parse_args(argv)
-    if args.verb == 'bag':
+    if args.verb in ('bag', 'capture'):
         return args.func(args)
     try:
         return HANDLERS[args.verb](args, [])

@@ -1,0 +1,439 @@
+"""camera_capture: RGB-D views of the cell -> a capture set (MCAP bag + manifest).
+
+Sources (parameter ``source``):
+
+* ``topics``: an existing driver (realsense2_camera) or a bag being replayed. Per camera
+  namespace ``<cam>`` it subscribes to ``<cam>/<color_topic>`` (rgb8/bgr8),
+  ``<cam>/<depth_topic>`` (32FC1 m or 16UC1 mm, registered to colour: realsense-ros users set
+  ``depth_topic: aligned_depth_to_color/image_raw``) and ``<cam>/<info_topic>``.
+* ``emulated``: the emulated cell, i.e. ``topics`` with its names (the defaults).
+* ``realsense``: drives the first camera with pyrealsense2 (colour + depth aligned to colour,
+  intrinsics from the device) and publishes the live streams under the realsense-ros names
+  (``<cam>/color/image_raw``, ``<cam>/color/camera_info``, ``<cam>/depth/image_rect_raw``,
+  ``<cam>/depth/camera_info``); no device -> every goal ends SOURCE_UNAVAILABLE.
+
+Camera poses: ``extrinsics_file`` (core/camera_extrinsics.py: fixed poses, or hand-eye +
+FK from ``joint_states`` and ``robot_description``) or, when empty, the latched
+``<cam>/extrinsics`` PoseStamped the emulated cell (or a calibration node) publishes.
+
+Action ``~/capture`` (real2sim2real_msgs/action/Capture): K views (goal ``num_views``, else
+parameter ``num_views``, else one per camera), assigned round-robin to the cameras; each view
+averages ``frames_per_view`` depth frames received after the goal started, spaced at least
+``view_interval`` s from the camera's previous view (a handheld sweep or a wrist camera
+moved by the executor). Feedback views_done/views_total; cancel -> CANCELED.
+Images use qos.IMAGES (reliable keep-last-10, measured: best effort loses most 640x480
+frames here) or the REP 2003 SensorDataQoS (``image_qos: sensor_data``).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.node import Node
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import String
+
+from real2sim2real_msgs.action import Capture
+
+from .. import qos
+from ..core import capture_set as cs
+from ..core.camera_extrinsics import ExtrinsicsError, fk_pose_matrix, load_extrinsics
+from ..core.camera_model import Intrinsics
+from ..params import declare
+from ..ros_main import ConfigurationError, run_node
+
+Code = cs.CaptureErrorCode
+SOURCES = ('topics', 'emulated', 'realsense')
+
+
+@dataclass
+class _Frame:
+    stamp_ns: int
+    received: float          # monotonic s
+    color: Image
+    depth: Image
+
+
+@dataclass
+class _View:
+    """Duck-typed CaptureView (the reconstruction package is not imported by this node)."""
+    rgb: np.ndarray
+    depth: np.ndarray
+    intrinsics: Intrinsics | None
+    T_world_camera: np.ndarray | None
+    name: str = 'view'
+
+
+def _ns(stamp) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+class _CameraStream:
+    """One camera's synchronised colour+depth pairs, latest intrinsics and extrinsics."""
+
+    def __init__(self, namespace: str, tolerance_ns: int, keep_frames: int):
+        self.namespace = namespace.rstrip('/')
+        self.label = cs.camera_label(namespace)
+        self.tolerance_ns = tolerance_ns
+        # Unpaired images wait here for their partner; a 640x480 pair is 2.1 MB, so keep few.
+        self.colors: deque = deque(maxlen=5)
+        self.depths: deque = deque(maxlen=5)
+        self.frames: deque[_Frame] = deque(maxlen=keep_frames)
+        self.info: CameraInfo | None = None
+        self.poses: deque = deque(maxlen=200)     # (stamp_ns, 4x4)
+        self.cond = threading.Condition()
+
+    def on_color(self, msg: Image):
+        self._add(msg, self.colors, self.depths, color_first=True)
+
+    def on_depth(self, msg: Image):
+        self._add(msg, self.depths, self.colors, color_first=False)
+
+    def _add(self, msg, own: deque, other: deque, color_first: bool):
+        t = _ns(msg.header.stamp)
+        with self.cond:
+            best = min(other, key=lambda m: abs(_ns(m.header.stamp) - t), default=None)
+            if best is not None and abs(_ns(best.header.stamp) - t) <= self.tolerance_ns:
+                other.remove(best)
+                color, depth = (msg, best) if color_first else (best, msg)
+                self.frames.append(_Frame(max(t, _ns(best.header.stamp)), time.monotonic(),
+                                          color, depth))
+                self.cond.notify_all()
+            else:
+                own.append(msg)
+
+    def on_info(self, msg: CameraInfo):
+        with self.cond:
+            self.info = msg
+            self.cond.notify_all()
+
+    def on_pose(self, msg: PoseStamped):
+        p, o = msg.pose.position, msg.pose.orientation
+        try:
+            pose = cs.pose_to_matrix((p.x, p.y, p.z), (o.x, o.y, o.z, o.w))
+        except ValueError:
+            return
+        with self.cond:
+            self.poses.append((_ns(msg.header.stamp), pose))
+            self.cond.notify_all()
+
+    def pose_at(self, stamp_ns: int) -> np.ndarray | None:
+        with self.cond:
+            items = list(self.poses)
+        if not items:
+            return None
+        before = [pose for s, pose in items if s <= stamp_ns]
+        return (before[-1] if before else items[0][1]).copy()
+
+
+class CameraCaptureNode(Node):
+
+    def __init__(self):
+        super().__init__('camera_capture')
+        p = self._declare()
+        self.p = p
+        if p['source'] not in SOURCES:
+            raise ConfigurationError(f'source {p["source"]!r} is not one of {SOURCES}')
+        if not p['cameras']:
+            raise ConfigurationError('cameras is empty; give at least one camera namespace')
+        tol = int(p['sync_tolerance'] * 1e9)
+        try:
+            self.streams = [_CameraStream(ns, tol, p['frames_per_view'] + 3)
+                            for ns in p['cameras']]
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        labels = [s.label for s in self.streams]
+        if len(set(labels)) != len(labels):
+            raise ConfigurationError(f'cameras {p["cameras"]} do not have distinct last names')
+        self.mounts = {}
+        if p['extrinsics_file']:
+            try:
+                self.mounts = load_extrinsics(p['extrinsics_file'])
+            except ExtrinsicsError as exc:
+                raise ConfigurationError(str(exc)) from None
+            if missing := [s.label for s in self.streams if s.label not in self.mounts]:
+                raise ConfigurationError(f'{p["extrinsics_file"]} has no pose for {missing}')
+        self._robot = None
+        self._joint_states: deque = deque(maxlen=500)
+        self._robot_error = ''
+        self._busy = threading.Lock()
+        self.source_error = ''
+        image_qos = qos.by_name(p['image_qos'])
+        group = ReentrantCallbackGroup()
+        for s in self.streams:
+            base = s.namespace
+            if p['source'] != 'realsense':
+                self.create_subscription(Image, f'{base}/{p["color_topic"]}', s.on_color,
+                                         image_qos, callback_group=group)
+                self.create_subscription(Image, f'{base}/{p["depth_topic"]}', s.on_depth,
+                                         image_qos, callback_group=group)
+                self.create_subscription(CameraInfo, f'{base}/{p["info_topic"]}', s.on_info,
+                                         image_qos, callback_group=group)
+            if not self.mounts:
+                self.create_subscription(PoseStamped, f'{base}/extrinsics', s.on_pose,
+                                         qos.LATCHED, callback_group=group)
+        if any(m.moves_with_robot for m in self.mounts.values()):
+            self.create_subscription(JointState, 'joint_states', self._on_joint_state,
+                                     qos.STATE, callback_group=group)
+            self.create_subscription(String, 'robot_description', self._on_description,
+                                     qos.LATCHED, callback_group=group)
+        self.realsense = None
+        if p['source'] == 'realsense':
+            self._start_realsense(image_qos)
+        self._action = ActionServer(
+            self, Capture, '~/capture', execute_callback=self._execute,
+            goal_callback=self._on_goal, cancel_callback=lambda _g: CancelResponse.ACCEPT,
+            callback_group=MutuallyExclusiveCallbackGroup())
+        self.get_logger().info(
+            f'camera_capture ready: source={p["source"]} cameras={labels} '
+            f'poses={"file" if self.mounts else "<cam>/extrinsics"} run_dir={p["run_dir"]}')
+
+    def _declare(self) -> dict:
+        def d(*a, **k):
+            return declare(self, *a, **k)
+        return {
+            'source': d('source', 'emulated', 'topics | emulated | realsense',
+                        choices=list(SOURCES), read_only=True),
+            'cameras': list(d('cameras', ['camera'], 'camera namespaces (string array)',
+                              read_only=True)),
+            'num_views': d('num_views', 0, 'views per capture; 0 = one per camera', lo=0,
+                           hi=10000),
+            'frames_per_view': d('frames_per_view', 1, 'depth frames averaged per view', lo=1,
+                                 hi=100, read_only=True),
+            'view_interval': d('view_interval', 0.0, 'min s between two views of one camera',
+                               lo=0.0, hi=60.0),
+            'extrinsics_file': d('extrinsics_file', '', 'calibration YAML; empty = '
+                                 '<cam>/extrinsics topic', read_only=True),
+            'run_dir': d('run_dir', '/tmp/r2s2r_runs', 'run directory for capture sets'),
+            'timeout': d('timeout', 10.0, 's to wait for each view\'s frames', lo=0.1,
+                         hi=600.0),
+            'sync_tolerance': d('sync_tolerance', 0.005, 'max s between colour and depth '
+                                'stamps of one frame', lo=0.0, hi=1.0, read_only=True),
+            'color_topic': d('color_topic', 'color/image_raw', 'relative to <cam>',
+                             read_only=True),
+            'depth_topic': d('depth_topic', 'depth/image_rect_raw', 'relative to <cam>; '
+                             'must be registered to colour', read_only=True),
+            'info_topic': d('info_topic', 'color/camera_info', 'relative to <cam>',
+                            read_only=True),
+            'image_qos': d('image_qos', 'images', 'QoS of images (sub and realsense pub)',
+                           choices=['images', 'sensor_data'], read_only=True),
+            'world_frame': d('world_frame', 'world', 'frame of the camera poses',
+                             read_only=True),
+            'realsense_serial': d('realsense_serial', '', 'device serial; empty = first',
+                                  read_only=True),
+            'realsense_width': d('realsense_width', 640, 'px', lo=160, hi=1920,
+                                 read_only=True),
+            'realsense_height': d('realsense_height', 480, 'px', lo=120, hi=1080,
+                                  read_only=True),
+            'realsense_fps': d('realsense_fps', 30, 'Hz', lo=1, hi=90, read_only=True),
+        }
+
+    # ------------------------------------------------------------------ robot (hand-eye)
+    def _on_joint_state(self, msg: JointState):
+        self._joint_states.append((_ns(msg.header.stamp), dict(zip(msg.name, msg.position,
+                                                                   strict=False))))
+
+    def _on_description(self, msg: String):
+        try:
+            from ..core.robot_description import load_robot
+            self._robot = load_robot(msg.data)
+        except Exception as exc:  # noqa: BLE001 - any URDF problem: report at capture time
+            self._robot_error = f'robot_description unusable: {exc}'
+
+    def _link_pose_at(self, stamp_ns: int):
+        if self._robot is None:
+            raise ExtrinsicsError(self._robot_error or 'no robot_description received')
+        states = list(self._joint_states)
+        if not states:
+            raise ExtrinsicsError('no joint_states received')
+        _, by_name = min(states, key=lambda s: abs(s[0] - stamp_ns))
+        try:
+            q = [by_name[n] for n in self._robot.joint_names]
+        except KeyError as exc:
+            raise ExtrinsicsError(f'joint_states lacks joint {exc}') from None
+        return lambda link: fk_pose_matrix(*self._robot.fk(q, link))
+
+    def _pose(self, stream: _CameraStream, stamp_ns: int) -> np.ndarray | None:
+        mount = self.mounts.get(stream.label)
+        if mount is None:
+            return stream.pose_at(stamp_ns)
+        link_pose = self._link_pose_at(stamp_ns) if mount.moves_with_robot else None
+        return mount.world_pose(link_pose)
+
+    # ------------------------------------------------------------------ realsense
+    def _start_realsense(self, image_qos):
+        from .camera_realsense import RealsenseStream, RealsenseUnavailable
+        stream = self.streams[0]
+        if len(self.streams) > 1:
+            self.get_logger().warn('realsense source drives the first camera only; the others '
+                                   'are ignored')
+        try:
+            self.realsense = RealsenseStream(
+                self, stream, image_qos, serial=self.p['realsense_serial'],
+                width=self.p['realsense_width'], height=self.p['realsense_height'],
+                fps=self.p['realsense_fps'])
+        except RealsenseUnavailable as exc:
+            self.source_error = str(exc)
+            self.get_logger().error(f'realsense source unavailable: {exc}')
+
+    # ------------------------------------------------------------------ action
+    def _on_goal(self, _goal):
+        return GoalResponse.REJECT if self._busy.locked() else GoalResponse.ACCEPT
+
+    def _execute(self, goal_handle):
+        with self._busy:
+            code, msg, out = self._capture(goal_handle)
+        result = Capture.Result(error_code=int(code), error_msg=msg)
+        if out is not None:
+            result.capture_set = out
+        if code == Code.NONE:
+            goal_handle.succeed()
+        elif code == Code.CANCELED:
+            goal_handle.canceled()
+        else:
+            self.get_logger().error(f'capture failed: {code.name}: {msg}')
+            goal_handle.abort()
+        return result
+
+    def _capture(self, goal_handle):
+        if self.source_error:
+            return Code.SOURCE_UNAVAILABLE, self.source_error, None
+        req = goal_handle.request
+        k = int(req.num_views) or self.p['num_views'] or len(self.streams)
+        run_dir = req.run_dir or self.p['run_dir']
+        start = time.monotonic()
+        used = {s.label: (start, None) for s in self.streams}   # (received after, stamp)
+        views, records = [], []
+        for i in range(k):
+            stream = self.streams[i % len(self.streams)]
+            try:
+                frames = self._wait_frames(goal_handle, stream, *used[stream.label])
+                self._wait_info_and_pose(goal_handle, stream)
+                view, record = self._make_view(stream, frames)
+            except _CaptureFailed as exc:
+                return exc.code, exc.message, None
+            used[stream.label] = (frames[-1].received, frames[-1].stamp_ns)
+            views.append(view)
+            records.append(record)
+            fb = Capture.Feedback(views_done=i + 1, views_total=k)
+            goal_handle.publish_feedback(fb)
+        try:
+            folder = cs.new_capture_folder(run_dir)
+            meta = {'source': self.p['source'], 'cameras': [s.label for s in self.streams],
+                    'frames_per_view': self.p['frames_per_view'], 'num_views': k,
+                    'view_interval': self.p['view_interval'],
+                    'poses_from': self.p['extrinsics_file'] or '<cam>/extrinsics'}
+            bag, manifest = cs.write_capture_set(folder, views, records, meta)
+        except cs.CaptureSetError as exc:
+            return exc.code, exc.message, None
+        except OSError as exc:
+            return Code.WRITE_FAILED, f'{run_dir}: {exc}', None
+        from real2sim2real_msgs.msg import CaptureSet
+        out = CaptureSet(bag_path=str(bag), manifest_path=str(manifest), num_views=k,
+                         camera_frames=[r.frame_id for r in records])
+        out.header.stamp = self.get_clock().now().to_msg()
+        out.header.frame_id = self.p['world_frame']
+        self.get_logger().info(f'captured {k} views in {time.monotonic() - start:.2f} s: '
+                               f'{manifest}')
+        return Code.NONE, '', out
+
+    def _wait_frames(self, goal_handle, stream: _CameraStream, after: float,
+                     last_stamp: int | None) -> list[_Frame]:
+        n = self.p['frames_per_view']
+        gap = int(self.p['view_interval'] * 1e9)
+        deadline = time.monotonic() + self.p['timeout']
+        while True:
+            with stream.cond:
+                fresh = [f for f in stream.frames if f.received > after
+                         and (last_stamp is None or f.stamp_ns > last_stamp)]
+                if fresh and last_stamp is not None and gap:
+                    fresh = [f for f in fresh if f.stamp_ns >= last_stamp + gap]
+                if len(fresh) >= n:
+                    return fresh[:n]
+                remaining = deadline - time.monotonic()
+                if goal_handle.is_cancel_requested:
+                    raise _CaptureFailed(Code.CANCELED, 'canceled')
+                if remaining <= 0 or not self.context.ok():
+                    break
+                stream.cond.wait(min(remaining, 0.1))
+        if self.source_error:
+            raise _CaptureFailed(Code.SOURCE_UNAVAILABLE, self.source_error)
+        base, p = stream.namespace, self.p
+        raise _CaptureFailed(Code.NO_FRAMES, (
+            f'{stream.label}: {len(fresh)}/{n} synchronised colour+depth frames within '
+            f'{p["timeout"]:.1f} s on {base}/{p["color_topic"]} and {base}/{p["depth_topic"]} '
+            f'(stamps within {p["sync_tolerance"]} s)'))
+
+    def _wait_info_and_pose(self, goal_handle, stream: _CameraStream):
+        """Topics are not ordered across readers: a frame can complete before its CameraInfo
+        or the latched extrinsics arrive. Wait for them (up to ``timeout``); _make_view then
+        names what is still missing."""
+        deadline = time.monotonic() + self.p['timeout']
+        with stream.cond:
+            while (stream.info is None or (not self.mounts and not stream.poses)) \
+                    and time.monotonic() < deadline and not goal_handle.is_cancel_requested:
+                stream.cond.wait(0.1)
+
+    def _make_view(self, stream: _CameraStream, frames: list[_Frame]):
+        last = frames[-1]
+        info = stream.info
+        intr = None if info is None else cs.intrinsics_from_camera_info(
+            info.k, info.width, info.height, factory=Intrinsics)
+        if intr is None:
+            raise _CaptureFailed(Code.MISSING_INTRINSICS, (
+                f'{stream.label}: no CameraInfo with a valid K on '
+                f'{stream.namespace}/{self.p["info_topic"]}'))
+        try:
+            depths = [cs.depth_to_metres(f.depth.data, f.depth.encoding, f.depth.height,
+                                         f.depth.width) for f in frames]
+            rgb = cs.rgb_from_image(last.color.data, last.color.encoding, last.color.height,
+                                    last.color.width)
+        except ValueError as exc:
+            raise _CaptureFailed(Code.NO_FRAMES, f'{stream.label}: {exc}') from None
+        depth = depths[0] if len(depths) == 1 else average_depth(depths)
+        try:
+            pose = self._pose(stream, last.stamp_ns)
+        except ExtrinsicsError as exc:
+            raise _CaptureFailed(Code.MISSING_POSE, f'{stream.label}: {exc}') from None
+        if pose is None:
+            raise _CaptureFailed(Code.MISSING_POSE, (
+                f'{stream.label}: no pose: nothing on {stream.namespace}/extrinsics and no '
+                f'extrinsics_file'))
+        view = _View(rgb, depth, intr, pose, name=f'{stream.label}@{last.stamp_ns}')
+        return view, cs.ViewRecord(stream.label, last.stamp_ns, last.color.header.frame_id)
+
+    def close(self):
+        if self.realsense is not None:
+            self.realsense.stop()
+
+
+def average_depth(depths: list[np.ndarray]) -> np.ndarray:
+    """Per-pixel mean of the valid samples; a hole where fewer than half are valid."""
+    stack = np.stack(depths).astype(np.float64)
+    valid = np.isfinite(stack) & (stack > 0)
+    count = valid.sum(axis=0)
+    total = np.where(valid, stack, 0.0).sum(axis=0)
+    out = np.full(stack.shape[1:], np.nan, np.float32)
+    ok = count * 2 >= len(depths)
+    out[ok] = (total[ok] / count[ok]).astype(np.float32)
+    return out
+
+
+class _CaptureFailed(Exception):
+    def __init__(self, code, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def main(args=None) -> int:
+    return run_node(CameraCaptureNode, args=args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
