@@ -10,6 +10,7 @@ NODES = {
     'camera_capture': 'real2sim2real_ros.nodes.camera_capture_node:main',
     'emulated_cell': 'real2sim2real_ros.nodes.emulated_cell_node:main',
     'robot_executor': 'real2sim2real_ros.nodes.robot_executor_node:main',
+    'scene_reconstruction': 'real2sim2real_ros.nodes.scene_reconstruction_node:main',
     'sim_server': 'real2sim2real_ros.nodes.sim_server_node:main',
     'system_identification': 'real2sim2real_ros.nodes.system_identification_node:main',
     'r2s2r': 'real2sim2real_ros.cli.main:main',

@@ -52,6 +52,7 @@ GRAPH = {
         ['sim_server/rollout']),
     'system_identification': ([], ['system_identification/identify']),
     'camera_capture': ([], ['camera_capture/capture']),
+    'scene_reconstruction': ([], ['scene_reconstruction/reconstruct']),
 }
 # Only the emulated cell has these; a physical cell brings its own drivers instead.
 EMULATED_ONLY = ('emulated_cell',)

@@ -71,11 +71,18 @@ def trajectory_from_msg(msg: JointTrajectory) -> Trajectory:
                       field('accelerations', True))
 
 
-def trajectory_to_msg(traj: Trajectory, frame_id: str = '') -> JointTrajectory:
-    """header.stamp = 0: 'start now' for JTC (the executor's clock and the controller's may
-    differ; a future start time is not supported)."""
+def trajectory_to_msg(traj: Trajectory, frame_id: str = '',
+                      start_time: float | None = None) -> JointTrajectory:
+    """``start_time`` None / 0: header.stamp = 0, 'start now' for JTC. Otherwise the absolute
+    start time (s, the controller's clock = ROS time on one machine or a PTP-synced cell):
+    JTC holds the current reference until then, so a recording of the command alone says
+    when the motion started on the clock that stamps ``joint_states``."""
     msg = JointTrajectory()
     msg.header.frame_id = frame_id
+    if start_time:
+        sec = int(np.floor(start_time))
+        msg.header.stamp.sec = sec
+        msg.header.stamp.nanosec = min(int(round((start_time - sec) * 1e9)), 999_999_999)
     msg.joint_names = list(traj.joint_names)
     for i, t in enumerate(traj.times):
         p = JointTrajectoryPoint()

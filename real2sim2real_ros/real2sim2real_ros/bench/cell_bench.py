@@ -121,7 +121,11 @@ def cell_camera_and_executor(run_dir: Path, trials=5) -> dict:
                 if moved is not None:
                     goal_lat.append((moved - t_goal) * 1e3)
                     if cmds:
-                        cmd_lat.append((moved - cmds[0][0]) * 1e3)
+                        # The executor stamps the trajectory to start `start_delay` after
+                        # sending (JTC semantics): latency counts from that commanded start.
+                        stamp = cmds[0][1].header.stamp
+                        start = stamp.sec + stamp.nanosec * 1e-9 or cmds[0][0]
+                        cmd_lat.append((moved - start) * 1e3)
             cmd.disarm()
             col.close()
             col2.close()

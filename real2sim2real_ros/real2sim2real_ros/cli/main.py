@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 
@@ -72,6 +73,49 @@ def cmd_execute(args, _rest) -> int:
     return 0
 
 
+def cmd_identify(args, _rest) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from real2sim2real_ros.cli.progress import action_progress
+    if args.probes < 0 or (args.bags and args.probes):
+        print('r2s2r identify: --probes must be >= 0 and goes with live probes (no --bags)',
+              file=sys.stderr)
+        return 2
+    what = f'{len(args.bags)} bag(s)' if args.bags else 'live probes'
+
+    def info(fb) -> str:
+        return fb.stage + (f', residual {fb.residual * 1e3:.3f} mrad'
+                           if math.isfinite(fb.residual) else '')
+    with _commander(args) as cmd, action_progress(f'identify ({what})') as progress:
+        try:
+            result = cmd.identify(
+                bag_paths=args.bags, parameter_names=args.params, num_probes=args.probes,
+                run_dir=args.run_dir, timeout=args.timeout,
+                feedback=lambda fb: progress(fb.progress, info(fb)))
+        except KeyboardInterrupt:
+            cmd.cancel_current_goal()
+            print('cancelled')
+            return 130
+    if result.error_code:
+        print(f'identify: FAILED ({result.error_code}): {result.error_msg}')
+        return 1
+    table = Table(title='identified parameters')
+    for col, justify in (('parameter', 'left'), ('value', 'right'), ('95% interval', 'right'),
+                         ('prior', 'right'), ('unit', 'left'), ('identified', 'left')):
+        table.add_column(col, justify=justify)
+    for p in result.parameters.parameters:
+        table.add_row(p.name, f'{p.value:.5g}', f'[{p.lower_95:.5g}, {p.upper_95:.5g}]',
+                      f'{p.prior:.5g}', p.unit, 'yes' if p.identified else '[red]no[/]')
+    Console(width=max(100, Console().width)).print(table)
+    print(f'residual {result.residual_before * 1e3:.4f} -> {result.residual_after * 1e3:.4f} '
+          f'mrad; held-out {result.heldout_error_before * 1e3:.4f} -> '
+          f'{result.heldout_error_after * 1e3:.4f} mrad')
+    print(f'parameters: {result.parameters.artifact_dir}')
+    print(f'report: {result.report_path}')
+    return 0
+
+
 def cmd_reset_objects(args, _rest) -> int:
     with _commander(args) as cmd:
         resp = cmd.reset_objects(args.ids)
@@ -95,10 +139,24 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser('execute', help='execute a joint trajectory (YAML file) on the robot')
     e.add_argument('trajectory', help='YAML: joint_names: [...], points: [{t: s, q: [...]}, ...]')
     e.add_argument('--no-record', action='store_true', help='do not record an MCAP bag')
+    i = sub.add_parser('identify', help='identify the twin\'s physical parameters from '
+                       'recorded bags, or from live probes through the ARMED executor')
+    i.add_argument('--bags', nargs='+', default=[], metavar='BAG',
+                   help='executor recordings (rosbag2 folders); the last is held out. '
+                   'None: run live probes')
+    i.add_argument('--probes', type=int, default=0, metavar='N',
+                   help='live probes (0 = the node\'s num_probes)')
+    i.add_argument('--params', nargs='+', default=[], metavar='NAME',
+                   help='parameters to fit (default: all declared in the node\'s '
+                   'parameters_file), e.g. joint/elbow_joint/damping')
+    i.add_argument('--run-dir', default='', help='where identify_<n>/ goes (default: the '
+                   'node\'s run_dir)')
+    i.add_argument('--timeout', type=float, default=600.0, help='seconds to wait for the result')
     r = sub.add_parser('reset-objects', help='put the emulated cell\'s objects back')
     r.add_argument('ids', nargs='*', help='object ids (default: all)')
-    from real2sim2real_ros.cli import capture_cli
+    from real2sim2real_ros.cli import capture_cli, reconstruct_cli
     capture_cli.add_parser(sub)
+    reconstruct_cli.add_parser(sub)
     try:
         from real2sim2real_ros.cli import bag_cli
         bag_cli.add_parser(sub)
@@ -110,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 HANDLERS = {
     'launch': cmd_launch, 'status': cmd_status, 'arm': _trigger('arm'),
     'disarm': _trigger('disarm'), 'stop': _trigger('stop'), 'execute': cmd_execute,
-    'reset-objects': cmd_reset_objects,
+    'reset-objects': cmd_reset_objects, 'identify': cmd_identify,
 }
 
 
@@ -123,7 +181,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv[:i + 1])
         return cmd_launch(args, argv[i + 1:])
     args = parser.parse_args(argv)
-    if args.verb in ('bag', 'capture'):
+    if args.verb in ('bag', 'capture', 'reconstruct'):
         return args.func(args)
     try:
         return HANDLERS[args.verb](args, [])

@@ -13,6 +13,11 @@ Per view the bag holds, all stamped with the view's time (header stamp = bag tim
     /capture/<cam>/depth/image_rect_raw sensor_msgs/Image 32FC1 metres, NaN = hole
     /capture/<cam>/depth/camera_info    sensor_msgs/CameraInfo
     /capture/<cam>/extrinsics           geometry_msgs/PoseStamped: colour optical frame in world
+    /capture/joint_states               sensor_msgs/JointState: the arm at each view's time
+    /capture/robot_description          std_msgs/String (latched): the URDF at capture time
+
+The robot topics are there when the capture node received them; scene reconstruction masks
+the arm out of the views with them (``load_capture_meta``).
 
 These are the realsense-ros names under a ``capture/<cam>`` namespace, so ``r2s2r bag play``
 of the bag feeds a ``camera_capture`` node (source ``topics``) exactly as a live driver would.
@@ -44,6 +49,11 @@ WORLD_FRAME = 'world'
 IMAGE = 'sensor_msgs/msg/Image'
 CAMERA_INFO = 'sensor_msgs/msg/CameraInfo'
 POSE = 'geometry_msgs/msg/PoseStamped'
+JOINT_STATE = 'sensor_msgs/msg/JointState'
+STRING = 'std_msgs/msg/String'
+JOINT_STATES_TOPIC = f'{TOPIC_ROOT}/joint_states'
+ROBOT_DESCRIPTION_TOPIC = f'{TOPIC_ROOT}/robot_description'
+ROBOT_DESCRIPTION_FILE = 'robot_description.urdf'
 
 # Offered QoS stored with the topics, so a replay offers what a driver offers:
 # images reliable keep-last-10 (qos.IMAGES), extrinsics latched (qos.LATCHED).
@@ -82,6 +92,35 @@ class ViewRecord:
     camera: str
     stamp_ns: int
     frame_id: str = ''
+
+
+@dataclass(frozen=True)
+class JointSnapshot:
+    """The arm's joint positions at one time (a /joint_states message)."""
+    stamp_ns: int
+    names: tuple[str, ...]
+    positions: tuple[float, ...]
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(self.names, self.positions, strict=True))
+
+
+@dataclass
+class CaptureMeta:
+    """What a capture set says about the robot: one joint snapshot per view (those the
+    capture node had; empty when it had none) and the URDF text ('' when none)."""
+    joint_states: list[JointSnapshot]
+    robot_description: str
+    world_frame: str = WORLD_FRAME
+
+    def configurations(self, tolerance: float = 1e-3) -> list[dict[str, float]]:
+        """Distinct arm configurations over the views (a fixed arm gives one)."""
+        out: list[JointSnapshot] = []
+        for snap in self.joint_states:
+            if not any(o.names == snap.names and np.allclose(o.positions, snap.positions,
+                                                              atol=tolerance) for o in out):
+                out.append(snap)
+        return [o.as_dict() for o in out]
 
 
 # --------------------------------------------------------------------------- conversions
@@ -202,11 +241,16 @@ def _check_view(i: int, view, record: ViewRecord) -> None:
 
 
 def write_capture_set(folder: str | os.PathLike, views: Sequence, records: Sequence[ViewRecord],
-                      meta: dict | None = None) -> tuple[Path, Path]:
+                      meta: dict | None = None, *,
+                      joint_states: Sequence[JointSnapshot | None] | None = None,
+                      robot_description: str = '') -> tuple[Path, Path]:
     """Write ``views`` (CaptureView-like: rgb, depth m, intrinsics, T_world_camera) with their
     ``records`` (camera label, stamp) into ``folder``/views (MCAP) + ``folder``/manifest.json.
 
-    ``meta`` goes into the manifest's parameters (source, cameras...). Returns (bag, manifest).
+    ``meta`` goes into the manifest's parameters (source, cameras...). ``joint_states`` (one
+    per view, None where unknown) and ``robot_description`` (URDF text) record the arm at
+    capture time (bag topics, manifest ``results.robot``, ``robot_description.urdf``).
+    Returns (bag, manifest).
     Raises CaptureSetError: NO_FRAMES (no views), MISSING_INTRINSICS, MISSING_POSE,
     WRITE_FAILED (disk, bag exists).
     """
@@ -218,6 +262,9 @@ def write_capture_set(folder: str | os.PathLike, views: Sequence, records: Seque
         raise ValueError(f'{len(views)} views but {len(records)} records')
     for i, (view, rec) in enumerate(zip(views, records, strict=True)):
         _check_view(i, view, rec)
+    snapshots = list(joint_states or [])
+    if snapshots and len(snapshots) != len(views):
+        raise ValueError(f'{len(views)} views but {len(snapshots)} joint snapshots')
     bag_path = folder / BAG_NAME
     entries = []
     try:
@@ -233,12 +280,19 @@ def write_capture_set(folder: str | os.PathLike, views: Sequence, records: Seque
                                       else _IMAGE_QOS)
                     added.add(rec.camera)
                 entries.append(_write_view(bag, i, view, rec, topics))
+            robot = _write_robot(bag, records, snapshots, robot_description)
+        if robot_description:
+            from .artifacts import atomic_write_text
+            atomic_write_text(folder / ROBOT_DESCRIPTION_FILE, robot_description)
     except (BagError, MessageTypeError, OSError) as exc:
         raise CaptureSetError(CaptureErrorCode.WRITE_FAILED, f'{bag_path}: {exc}') from None
     record = StageRecord(STAGE, folder, parameters=dict(meta or {}))
     record.add_output('bag', bag_path)
+    if robot_description:
+        record.add_output('robot_description', folder / ROBOT_DESCRIPTION_FILE)
     record.results = {'num_views': len(entries), 'views': entries,
-                      'cameras': sorted({r.camera for r in records}), 'bag': str(bag_path)}
+                      'cameras': sorted({r.camera for r in records}), 'bag': str(bag_path),
+                      'robot': robot}
     try:
         manifest = record.finish()
     except OSError as exc:
@@ -275,6 +329,31 @@ def _write_view(bag: BagWriter, index: int, view, rec: ViewRecord, topics: dict)
             'topics': topics, 'width': intr.width, 'height': intr.height,
             'intrinsics': {'fx': intr.fx, 'fy': intr.fy, 'cx': intr.cx, 'cy': intr.cy},
             'T_world_camera': pose.tolist(), 'valid_depth_fraction': float(valid.mean())}
+
+
+def _write_robot(bag: BagWriter, records: Sequence[ViewRecord],
+                 snapshots: Sequence[JointSnapshot | None], urdf: str) -> dict:
+    """The arm at capture time: one JointState per view (bag time = the view's stamp, header
+    = the state's own stamp) and the URDF once, latched. Returns the manifest's summary."""
+    states = []
+    if any(s is not None for s in snapshots):
+        bag.add_topic(JOINT_STATES_TOPIC, JOINT_STATE, _IMAGE_QOS)
+        for rec, snap in zip(records, snapshots, strict=True):
+            if snap is None:
+                continue
+            bag.write(JOINT_STATES_TOPIC, int(rec.stamp_ns), {
+                'header': {'stamp': _stamp(snap.stamp_ns), 'frame_id': ''},
+                'name': list(snap.names), 'position': [float(v) for v in snap.positions],
+                'velocity': [], 'effort': []})
+            states.append({'view_stamp_ns': int(rec.stamp_ns), 'stamp_ns': int(snap.stamp_ns),
+                           'name': list(snap.names),
+                           'position': [float(v) for v in snap.positions]})
+    if urdf:
+        bag.add_topic(ROBOT_DESCRIPTION_TOPIC, STRING, _LATCHED_QOS)
+        bag.write(ROBOT_DESCRIPTION_TOPIC, int(min(r.stamp_ns for r in records)),
+                  {'data': urdf})
+    return {'joint_states': states,
+            'robot_description': ROBOT_DESCRIPTION_FILE if urdf else ''}
 
 
 def new_capture_folder(run_dir: str | os.PathLike) -> Path:
@@ -350,6 +429,38 @@ def load_capture_set(path: str | os.PathLike) -> list:
         views.append(CaptureView(rgb=rgb, depth=frames['depth'][key], intrinsics=intr,
                                  T_world_camera=pose, name=f'{prefix.rsplit("/", 1)[-1]}@{stamp}'))
     return views
+
+
+def load_capture_meta(path: str | os.PathLike) -> CaptureMeta:
+    """The robot's joint states and URDF stored with a capture set (manifest, folder or bag).
+
+    Reads ``/capture/joint_states`` + ``/capture/robot_description`` (a capture node's bag), else
+    ``/joint_states`` + ``/robot_description`` (a recording of a live cell). Empty fields when
+    the bag has neither. Raises CaptureSetError(NO_FRAMES) when the set cannot be read.
+    """
+    bag_path, _manifest = _resolve(Path(path))
+    states: list[JointSnapshot] = []
+    urdf = ''
+    try:
+        with BagReader(bag_path) as bag:
+            topics = bag.topics
+            js = next((t for t in (JOINT_STATES_TOPIC, '/joint_states') if t in topics), None)
+            rd = next((t for t in (ROBOT_DESCRIPTION_TOPIC, '/robot_description')
+                       if t in topics), None)
+            for topic, msgtype, _t, raw in bag.messages([t for t in (js, rd) if t]):
+                msg = bag.deserialize(raw, msgtype)
+                if topic == rd:
+                    urdf = str(msg.data)
+                    continue
+                names = tuple(str(n) for n in msg.name)
+                pos = tuple(float(v) for v in msg.position)
+                if len(names) != len(pos):
+                    continue        # a state without positions (velocity-only) says nothing
+                stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+                states.append(JointSnapshot(int(stamp), names, pos))
+    except BagError as exc:
+        raise CaptureSetError(CaptureErrorCode.NO_FRAMES, f'{bag_path}: {exc}') from None
+    return CaptureMeta(states, urdf)
 
 
 def _latest_before(items, stamp: int):

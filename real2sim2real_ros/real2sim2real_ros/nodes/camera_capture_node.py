@@ -178,11 +178,13 @@ class CameraCaptureNode(Node):
             if not self.mounts:
                 self.create_subscription(PoseStamped, f'{base}/extrinsics', s.on_pose,
                                          qos.LATCHED, callback_group=group)
-        if any(m.moves_with_robot for m in self.mounts.values()):
-            self.create_subscription(JointState, 'joint_states', self._on_joint_state,
-                                     qos.STATE, callback_group=group)
-            self.create_subscription(String, 'robot_description', self._on_description,
-                                     qos.LATCHED, callback_group=group)
+        # Always: hand-eye mounts need them for poses, and every capture set records the arm
+        # (scene reconstruction masks it out with its URDF at these joint positions).
+        self._urdf = ''
+        self.create_subscription(JointState, 'joint_states', self._on_joint_state,
+                                 qos.STATE, callback_group=group)
+        self.create_subscription(String, 'robot_description', self._on_description,
+                                 qos.LATCHED, callback_group=group)
         self.realsense = None
         if p['source'] == 'realsense':
             self._start_realsense(image_qos)
@@ -236,15 +238,28 @@ class CameraCaptureNode(Node):
 
     # ------------------------------------------------------------------ robot (hand-eye)
     def _on_joint_state(self, msg: JointState):
+        if len(msg.name) != len(msg.position):
+            return
         self._joint_states.append((_ns(msg.header.stamp), dict(zip(msg.name, msg.position,
-                                                                   strict=False))))
+                                                                   strict=True))))
 
     def _on_description(self, msg: String):
+        self._urdf = msg.data
+        if not any(m.moves_with_robot for m in self.mounts.values()):
+            return              # only hand-eye poses need the kinematics: skip the compile
         try:
             from ..core.robot_description import load_robot
             self._robot = load_robot(msg.data)
         except Exception as exc:  # noqa: BLE001 - any URDF problem: report at capture time
             self._robot_error = f'robot_description unusable: {exc}'
+
+    def _joint_snapshot(self, stamp_ns: int):
+        """The /joint_states message nearest ``stamp_ns`` (None when none was received)."""
+        states = list(self._joint_states)
+        if not states:
+            return None
+        t, by_name = min(states, key=lambda s: abs(s[0] - stamp_ns))
+        return cs.JointSnapshot(t, tuple(by_name), tuple(float(v) for v in by_name.values()))
 
     def _link_pose_at(self, stamp_ns: int):
         if self._robot is None:
@@ -329,7 +344,13 @@ class CameraCaptureNode(Node):
                     'frames_per_view': self.p['frames_per_view'], 'num_views': k,
                     'view_interval': self.p['view_interval'],
                     'poses_from': self.p['extrinsics_file'] or '<cam>/extrinsics'}
-            bag, manifest = cs.write_capture_set(folder, views, records, meta)
+            snapshots = [self._joint_snapshot(r.stamp_ns) for r in records]
+            meta['robot_recorded'] = {'joint_states': sum(s is not None for s in snapshots),
+                                      'robot_description': bool(self._urdf)}
+            bag, manifest = cs.write_capture_set(
+                folder, views, records, meta,
+                joint_states=snapshots if any(snapshots) else None,
+                robot_description=self._urdf)
         except cs.CaptureSetError as exc:
             return exc.code, exc.message, None
         except OSError as exc:

@@ -22,6 +22,14 @@ Offers the ROS surface a real cell has, so the pipeline cannot tell it apart:
 * service ``~/reset_objects`` (real2sim2real_msgs/srv/ResetObjects): the person who puts the
   objects back on a real table.
 
+Clock: every stamp is ``t0 + world time`` and a trajectory's non-zero header.stamp is a start
+time on that same clock (JTC semantics: hold until then), so ``joint_state stamp - start stamp``
+is exactly the time into the trajectory, whatever the delivery delays. In real time, ``t0`` is
+the ROS time of world time 0, anchored when the physics loop starts, so the cell's clock equals
+ROS time minus the physics loop's lag (< 0.25 s; the loop catches up). When overload makes the
+loop let time slip, ``t0`` moves by the slip once no trajectory is running (moving it during
+one would break that trajectory's time axis). Fast mode: ``t0`` = 0 and /clock is world time.
+
 Threads: physics (and joint states) run on their own thread; in real-time mode cameras render
 on another, so a slow frame never delays ``joint_states``. The executor only serves the
 trajectory subscription and the service.
@@ -280,7 +288,9 @@ class EmulatedCellNode(Node):
         next_frame = {cam.name: w.time for cam, _, _ in self.cameras}
         chunk = max(w.timestep, 0.001)
         wall0 = time.monotonic() - w.time
-        slips = 0
+        if self.real_time:   # the cell's clock: ROS time now = world time now
+            self.t0 = self.get_clock().now().nanoseconds * 1e-9 - w.time
+        slips, slipped = 0, 0.0
         try:
             while not self._stop.is_set() and self.context.ok():
                 if self.real_time:
@@ -290,9 +300,13 @@ class EmulatedCellNode(Node):
                         continue
                     if lag > 0.25:   # overloaded: let time slip rather than burst
                         wall0 += lag - chunk
+                        slipped += lag - chunk
                         slips += 1
                         if slips in (1, 10, 100):
                             self.get_logger().warn(f'physics behind real time ({slips} slips)')
+                    if slipped and w.trajectory_done():
+                        self.t0 += slipped    # back on ROS time, between trajectories
+                        slipped = 0.0
                 w.step_for(chunk)
                 now = w.time
                 if now + 1e-9 >= next_joint:

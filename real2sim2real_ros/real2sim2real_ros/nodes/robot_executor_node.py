@@ -12,7 +12,10 @@ disarms; ``~/disarm`` during a motion does the same.
 
 Start-state semantics (ros2_control JTC): the current position is an implicit point at
 t = 0; a first point with time_from_start > 0 is reached from it, one at t = 0 must be within
-``start_tolerance`` of it. header.stamp is sent as 0 ("start now").
+``start_tolerance`` of it. header.stamp is the start time, ``start_delay`` seconds after the
+command is sent (JTC semantics: the controller holds until then, so the delivery delay does not
+shift the motion and a recording knows its start on the controller's clock); a start_delay
+of 0 sends header.stamp = 0 ("start now"). Stop ramps always start now.
 
 Each execution gets ``<run_dir>/execute_<n>/manifest.json`` (inputs, limits used, results)
 and, when recording, ``trajectory.mcap`` (rosbag2 MCAP folder: commands + joint states).
@@ -72,7 +75,7 @@ class _Execution:
     """One running goal: what the joint_states callback and the services need to reach."""
     goal_id: str
     monitor: es.TrackingMonitor | None = None
-    t0: float | None = None            # node-clock seconds when the command was sent
+    t0: float | None = None            # node-clock seconds when the trajectory starts
     stop_reason: str = ''              # set by ~/stop or ~/disarm
     bag: object = None                 # core.bag_io.BagWriter while recording
     bag_error: str = ''
@@ -177,6 +180,11 @@ class RobotExecutorNode(Node):
             self.p_run_dir = declare(self, 'run_dir', '',
                                      "Run directory for execute_<n> manifests and bags; '' = "
                                      'none (no manifests, no recording).')
+            self.p_start_delay = declare(
+                self, 'start_delay', 0.05,
+                'Seconds after sending that a trajectory starts (header.stamp = now + this; '
+                'more than the delivery delay). 0 = header.stamp 0, start on arrival.',
+                lo=0.0, hi=1.0)
             self.p_record = declare(self, 'record', False,
                                     'Record every execution (goals may also ask with record).')
             self.p_joint_states_topic = declare(self, 'joint_states_topic', 'joint_states',
@@ -200,6 +208,7 @@ class RobotExecutorNode(Node):
         'stop_decel_time': 'p_decel', 'control_period': 'p_period',
         'velocity_limit_scale': 'p_vel_scale', 'workspace_check_step': 'p_ws_step',
         'state_timeout': 'p_state_timeout', 'run_dir': 'p_run_dir', 'record': 'p_record',
+        'start_delay': 'p_start_delay',
     }
 
     def _check_new_parameters(self, params):
@@ -477,21 +486,23 @@ class RobotExecutorNode(Node):
             self._open_bag(ex, stage)
         elif goal_handle.request.record:
             ex.bag_error = "recording needs the run_dir parameter (it is '')"
-        msg = trajectory_to_msg(validated.command)
+        delay = self.p_start_delay
         with self._lock:
             if ex.stop_reason:
                 raise _Abort(R.STOPPED, ex.stop_reason)
             if not self._armed:    # disarmed while the trajectory was being validated
                 raise _Abort(R.NOT_ARMED, 'executor was disarmed before the motion started')
             ex.monitor = monitor
-            ex.t0 = self._now()
-            ex.last_state_time = ex.t0
+            sent = self._now()
+            ex.t0 = sent + delay      # the monitor's t = 0: when the controller starts
+            ex.last_state_time = sent
+        msg = trajectory_to_msg(validated.command, start_time=ex.t0 if delay > 0 else None)
         try:
             self._backend.send(msg)
         except BackendError as exc:
             raise _Abort(R.BACKEND_UNAVAILABLE, str(exc)) from None
         if ex.bag is not None:
-            self._record(ex, self._backend.record_topic, msg, ex.t0)
+            self._record(ex, self._backend.record_topic, msg, sent)
 
         feedback = ExecuteTrajectory.Feedback()
         tick = time.monotonic()
@@ -575,6 +586,7 @@ class RobotExecutorNode(Node):
             'goal_timeout_margin': self.p_margin,
             'stop_decel_time': self.p_decel,
             'control_period': self.p_period,
+            'start_delay': self.p_start_delay,
         })
         return stage
 

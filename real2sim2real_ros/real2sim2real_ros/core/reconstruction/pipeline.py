@@ -82,6 +82,7 @@ class ReconstructedObject:
     num_points: int
     mesh_path: str = ''
     collision_paths: list[str] = field(default_factory=list)
+    points: np.ndarray | None = field(default=None, repr=False)   # fused points, world (N, 3)
 
 
 @dataclass
@@ -361,7 +362,8 @@ def reconstruct(views: list[CaptureView], config: ReconstructionConfig | None = 
         objects.append(ReconstructedObject(
             id=f'{fit.shape}_{n}', shape=fit.shape, position=pos, quat_wxyz=quat, yaw=fit.yaw,
             extents=fit.extents, mass=cfg.density * volume, mass_is_prior=True, volume=volume,
-            fit_residual=fit.residual, residuals=fit.residuals, num_points=len(fit.points)))
+            fit_residual=fit.residual, residuals=fit.residuals, num_points=len(fit.points),
+            points=frame.to_world(fit.points)))
     result = ReconstructionResult(table.plane.copy(),
                                   table.table_height_at(*centre), table.outline.copy(), objects,
                                   num_fused_points=len(cloud.points), poses=poses)

@@ -6,14 +6,17 @@ the ``sensor_msgs/JointState`` stream (bag time: when the executor received it; 
 when the cell measured it). :func:`recording_from_bag` turns one into a
 :class:`~.fit.Recording` on the trajectory's time axis:
 
-* sample time = header stamp + clock offset - send time. The clock offset is the smallest
-  (receive time - header stamp) over the bag: the cell's clock against the executor's plus
-  the fastest delivery, which also approximates the command's own delivery delay; so the
-  transport delay does not end up in the identified command latency, and a cell whose clock
-  slipped behind the wall clock still lines up;
-* q0 = mean of the samples in the first ``rest_window`` seconds (the arm is at rest there:
-  the probe envelope starts flat and the command latency delays any motion), which averages
-  the sensor noise out of the initial state.
+* sample time = header stamp - the command's start time, when the command carries one
+  (header.stamp != 0: the executor's ``start_delay``; the controller starts it then, on the
+  clock that stamps ``joint_states``), which is exact whatever the delivery delays;
+* for a "start now" command (header.stamp = 0) the start is estimated: sample time = header
+  stamp + clock offset - send time, the clock offset being the smallest (receive time -
+  header stamp) over the bag. That assumes the command travelled as fast as the fastest joint
+  state and that the cell's clock did not lag more when the command arrived than at its
+  best; either error shifts the whole recording (measured: 0.5-2 ms on the emulated cell);
+* q0 = mean of the samples in the ``rest_window`` seconds before the start and after it (the
+  arm is at rest there: the probe envelope starts flat and the command latency delays any
+  motion), which averages the sensor noise out of the initial state.
 
 A bag without either topic raises :class:`MissingTopicsError` (Identify MISSING_TOPICS).
 """
@@ -77,13 +80,14 @@ def recording_from_bag(path, joint_names, *, joint_states_topic: str | None = No
             raise MissingTopicsError(
                 f'bag {path} has no {" and no ".join(missing)} messages; it has '
                 f'{sorted((n, t.msgtype) for n, t in topics.items())}')
-        command, t_send = None, None
+        command, t_send, t_start = None, None, 0.0
         recv, stamps, rows = [], [], []
         for topic, msgtype, ts, raw in reader.messages([js_topic, tr_topic]):
             msg = reader.deserialize(raw, msgtype)
             if topic == tr_topic:
                 if command is None:
                     command, t_send = msg, ts * 1e-9
+                    t_start = _stamp(msg.header.stamp)
                 continue
             index = {n: i for i, n in enumerate(msg.name)}
             if any(n not in index for n in names) or len(msg.position) < len(msg.name):
@@ -104,10 +108,15 @@ def recording_from_bag(path, joint_names, *, joint_states_topic: str | None = No
     traj_vel = (np.array([np.asarray(p.velocities, float)[order] for p in command.points])
                 if has_vel else None)
     recv, stamps, q = np.array(recv), np.array(stamps), np.array(rows, float)
-    if stamps.size and np.all(stamps > 0):
+    stamped = stamps.size and np.all(stamps > 0)
+    if stamped and t_start > 0:
+        times = stamps - t_start
+    elif stamped:
         times = stamps + np.min(recv - stamps) - t_send
     else:   # unstamped states: receive times are all there is
         times = recv - t_send
+    rest = (times > -rest_window) & (times < rest_window)
+    q0 = q[rest].mean(axis=0) if rest.any() else None
     keep = times >= 0.0
     times, q = times[keep], q[keep]
     # The executor stops recording once the arm is at the goal: the last state may come a
@@ -120,8 +129,8 @@ def recording_from_bag(path, joint_names, *, joint_states_topic: str | None = No
     times, q = times[order_t], q[order_t]
     times, first = np.unique(times, return_index=True)
     q = q[first]
-    rest = times < rest_window
-    q0 = q[rest].mean(axis=0) if rest.any() else q[0]
+    if q0 is None:
+        q0 = q[0]
     ref0 = traj_pos[0] if traj_times[0] == 0.0 else q0
     return Recording(times, q, q0, traj_times, traj_pos, traj_vel, None, ref0,
                      name=name or path.name)
