@@ -1,0 +1,40 @@
+"""Success rate of a policy on a backend (a twin or an emulated cell) over a task's resets.
+
+The resets come from ``task.sample_reset`` with a fixed seed, so a twin evaluation and a
+cell evaluation with the same seed see the same episodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class EvaluationResult:
+    task: str
+    backend: str
+    n_trials: int
+    successes: int
+    success_rate: float
+    mean_error: float          # m, mean final distance to the goal
+    errors: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {'task': self.task, 'backend': self.backend, 'n_trials': self.n_trials,
+                'successes': self.successes, 'success_rate': self.success_rate,
+                'mean_error': self.mean_error, 'errors': [float(e) for e in self.errors]}
+
+
+def evaluate(task, world, policy, n_trials: int = 20, seed: int = 0) -> EvaluationResult:
+    """Run ``n_trials`` episodes of ``policy`` (observation -> action) on ``world``."""
+    if n_trials < 1:
+        raise ValueError(f'n_trials must be >= 1, got {n_trials}')
+    rng = np.random.default_rng(seed)
+    ok, errors = 0, []
+    for _ in range(n_trials):
+        result = task.run_episode(world, task.sample_reset(rng), policy)
+        ok += int(result.success)
+        errors.append(result.final_error)
+    return EvaluationResult(task.name, getattr(world, 'kind', type(world).__name__), n_trials,
+                            ok, ok / n_trials, float(np.mean(errors)), errors)

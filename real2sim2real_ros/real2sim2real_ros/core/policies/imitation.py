@@ -1,0 +1,141 @@
+"""Demonstrations into the twin, and behaviour cloning (torch).
+
+Demonstrations (a task's scripted demonstrator, or recorded episodes: a reset plus the
+actions taken) are *replayed in the twin* and only the episodes that succeed there are kept:
+a demo that worked on the cell but fails in the twin teaches the twin's policy nothing, and
+one that fails everywhere teaches the wrong thing. Behaviour cloning then regresses the
+policy's mean action on the kept (observation, action) pairs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .policy import MLPPolicy
+
+
+@dataclass
+class DemoSet:
+    observations: np.ndarray     # (n, obs_dim)
+    actions: np.ndarray          # (n, action_dim)
+    episodes_tried: int
+    episodes_kept: int
+
+    @property
+    def kept_fraction(self) -> float:
+        return self.episodes_kept / max(self.episodes_tried, 1)
+
+
+def _replay_policy(actions):
+    """A policy that plays back recorded actions in order (the last one repeats)."""
+    actions = np.atleast_2d(np.asarray(actions, float))
+    state = {'k': 0}
+
+    def policy(_obs):
+        a = actions[min(state['k'], len(actions) - 1)]
+        state['k'] += 1
+        return a
+    return policy
+
+
+def replay_demos(task, world, episodes, keep_failures: bool = False) -> DemoSet:
+    """Replay recorded episodes [(ResetSample, actions), ...] on ``world``; keep successes."""
+    obs, act, kept = [], [], 0
+    for reset, actions in episodes:
+        result = task.run_episode(world, reset, _replay_policy(actions))
+        if result.success or keep_failures:
+            kept += int(result.success)
+            obs.append(result.observations)
+            act.append(result.actions)
+    return _demo_set(task, obs, act, len(episodes), kept)
+
+
+def collect_scripted_demos(task, world, n_episodes: int, seed: int = 0,
+                           hindsight: bool = False) -> DemoSet:
+    """Run the task's scripted demonstrator ``n_episodes`` times on ``world``; keep successes.
+
+    hindsight=True (one-shot tasks with ``hindsight_relabel``): a miss is kept too, relabelled
+    with the goal it did reach (exact in a deterministic twin; more data per rollout).
+    """
+    if hindsight and not hasattr(task, 'hindsight_relabel'):
+        raise ValueError(f'{task.name} has no hindsight_relabel; use hindsight=False')
+    rng = np.random.default_rng(seed)
+    obs, act, kept = [], [], 0
+    for _ in range(n_episodes):
+        reset = task.sample_reset(rng)
+        result = task.run_episode(world, reset, task.scripted_demo_policy(reset, rng))
+        if result.success and not hindsight:
+            kept += 1
+            obs.append(result.observations)
+            act.append(result.actions)
+        elif hindsight:
+            pair = task.hindsight_relabel(reset, result)
+            if pair is not None:
+                kept += 1
+                obs.append(pair[0][None])
+                act.append(pair[1][None])
+    return _demo_set(task, obs, act, n_episodes, kept)
+
+
+def _demo_set(task, obs, act, tried, kept) -> DemoSet:
+    if not obs:
+        return DemoSet(np.zeros((0, task.observation_dim)), np.zeros((0, task.action_dim)),
+                       tried, kept)
+    return DemoSet(np.concatenate(obs), np.concatenate(act), tried, kept)
+
+
+def behaviour_cloning(policy: MLPPolicy, demos: DemoSet, epochs: int = 300, lr: float = 3e-3,
+                      seed: int = 0, fit_normalisation: bool = True) -> dict:
+    """Fit the policy's mean action to the demos (MSE in units of the action range)."""
+    if len(demos.observations) == 0:
+        raise ValueError('behaviour cloning needs at least one kept demonstration; '
+                         f'0 of {demos.episodes_tried} episodes succeeded in the twin')
+    torch.manual_seed(seed)
+    if fit_normalisation:
+        policy.fit_normalisation(demos.observations)
+    x = torch.as_tensor(demos.observations, dtype=torch.float32)
+    y = torch.as_tensor(demos.actions, dtype=torch.float32)
+    span = policy.action_high - policy.action_low
+    opt = torch.optim.Adam(policy.net.parameters(), lr=lr)
+    policy.train()
+    loss = torch.tensor(0.0)
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss = (((policy.squash(policy(x)) - y) / span) ** 2).mean()
+        loss.backward()
+        opt.step()
+    policy.eval()
+    return {'bc_loss': float(loss.detach()), 'n_samples': int(len(x))}
+
+
+def hindsight_self_imitation(policy: MLPPolicy, task, twin, demos: DemoSet, rounds: int = 3,
+                             episodes: int = 40, randomization=None, seed: int = 0,
+                             epochs: int = 500) -> DemoSet:
+    """Goal-relabelled self-imitation (GCSL-style) for one-shot tasks: run the policy with its
+    exploration noise in the twin (one randomised parameter draw per episode), relabel every
+    strike with the goal it reached, add it to the demos and refit. Widens the demos'
+    coverage where the demonstrator never went (e.g. long slides on a grippy table)."""
+    from ..tasks.worlds import TwinWorld, applied_parameters
+    if not hasattr(task, 'hindsight_relabel'):
+        raise ValueError(f'{task.name} has no hindsight_relabel')
+    rng = np.random.default_rng(seed)
+    obs, act = list(demos.observations), list(demos.actions)
+    tried, kept = demos.episodes_tried, demos.episodes_kept
+    world = TwinWorld(twin, task.object_id)
+    for _ in range(rounds):
+        for _ in range(episodes):
+            reset = task.sample_reset(rng)
+            params = randomization.sample(rng) if randomization is not None else {}
+            with applied_parameters(twin, params):
+                result = task.run_episode(world, reset, policy.as_function(rng))
+            pair = task.hindsight_relabel(reset, result)
+            tried += 1
+            if pair is not None:
+                kept += 1
+                obs.append(pair[0])
+                act.append(pair[1])
+        demos = DemoSet(np.array(obs), np.array(act), tried, kept)
+        behaviour_cloning(policy, demos, epochs=epochs, seed=seed)
+    return demos

@@ -1,0 +1,113 @@
+"""The policy_trainer's ROS-free core: demos -> twin replay -> imitation -> PPO with domain
+randomisation -> checkpoint -> twin evaluation. One call, one checkpoint directory.
+
+The node (not here) gathers the inputs (robot, scene, identified ParameterSet), calls
+:func:`train_policy` and reports the result; the checkpoint it writes loads with
+core/policies/policy.py alone.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..parameters import ParameterSet
+from ..tasks.worlds import TwinWorld
+from .evaluate import EvaluationResult, evaluate
+from .imitation import behaviour_cloning, collect_scripted_demos, hindsight_self_imitation
+from .policy import MLPPolicy, save_checkpoint
+from .ppo import PPOConfig, train_bandit_ppo
+from .randomization import DomainRandomization
+
+
+@dataclass
+class TrainConfig:
+    demos: int = 80                   # scripted demonstrations replayed in the twin
+    hindsight: bool = True            # relabel misses (one-shot tasks only)
+    self_imitation_rounds: int = 3    # hindsight self-imitation rounds (one-shot tasks only)
+    self_imitation_episodes: int = 40
+    bc_epochs: int = 1000
+    hidden: tuple = (32, 32)
+    init_log_std: float = -2.5
+    ppo: PPOConfig = field(default_factory=lambda: PPOConfig(iterations=12, batch_size=32,
+                                                             lr=1e-3))
+    randomization_widen: float = 1.0  # x the 95% half-widths
+    randomization_min_relative: float = 0.0
+    eval_trials: int = 20
+    seed: int = 0
+
+
+@dataclass
+class TrainResult:
+    checkpoint: Path | None
+    policy: MLPPolicy
+    demos_tried: int
+    demos_kept: int
+    bc_loss: float
+    twin_eval_bc: EvaluationResult
+    twin_eval: EvaluationResult
+    ppo_success_per_iteration: list
+    randomization: dict
+    cpu_seconds: float
+
+
+def train_policy(task, twin, parameters: ParameterSet | None = None,
+                 config: TrainConfig | None = None, checkpoint_dir=None) -> TrainResult:
+    """Train ``task`` in ``twin`` (already set to the identified values); randomise around
+    ``parameters``' 95% intervals during RL; write a checkpoint when ``checkpoint_dir``."""
+    cfg = config or TrainConfig()
+    t0 = time.process_time()
+    torch.manual_seed(cfg.seed)
+    world = TwinWorld(twin, task.object_id)
+    one_shot = getattr(task, 'one_shot', False)
+    demos = collect_scripted_demos(task, world, cfg.demos, seed=cfg.seed + 1,
+                                   hindsight=cfg.hindsight and one_shot)
+    policy = MLPPolicy(task.observation_dim, task.action_low, task.action_high, cfg.hidden,
+                       init_log_std=cfg.init_log_std)
+    bc = behaviour_cloning(policy, demos, epochs=cfg.bc_epochs, seed=cfg.seed)
+    dr = DomainRandomization(parameters, cfg.randomization_widen,
+                             cfg.randomization_min_relative)
+    if one_shot and cfg.hindsight and cfg.self_imitation_rounds > 0:
+        demos = hindsight_self_imitation(policy, task, twin, demos, cfg.self_imitation_rounds,
+                                         cfg.self_imitation_episodes, dr, cfg.seed,
+                                         cfg.bc_epochs // 2)
+    eval_seed = cfg.seed + 1000
+    eval_bc = evaluate(task, world, policy.as_function(), cfg.eval_trials, eval_seed)
+    per_iter: list = []
+    if one_shot and cfg.ppo.iterations > 0:
+        before = copy.deepcopy(policy.state_dict())
+        ppo_cfg = PPOConfig(**{**asdict(cfg.ppo), 'seed': cfg.seed})
+        per_iter = train_bandit_ppo(policy, task, twin, dr, ppo_cfg).success_rate
+        eval_final = evaluate(task, world, policy.as_function(), cfg.eval_trials, eval_seed)
+        if eval_final.mean_error > eval_bc.mean_error:
+            # Model selection in the twin: PPO made it worse, keep the imitation policy.
+            policy.load_state_dict(before)
+            eval_final = eval_bc
+    else:
+        eval_final = eval_bc
+    path = None
+    if checkpoint_dir is not None:
+        meta = {'demos_tried': demos.episodes_tried, 'demos_kept': demos.episodes_kept,
+                'bc_loss': bc['bc_loss'], 'twin_success_rate_bc': eval_bc.success_rate,
+                'twin_success_rate': eval_final.success_rate,
+                'twin_mean_error': eval_final.mean_error,
+                'randomization': dr.describe(), 'train_config': _plain(asdict(cfg)),
+                'trained_at_unix': time.time()}
+        path = save_checkpoint(policy, checkpoint_dir, task.config(), meta)
+    return TrainResult(path, policy, demos.episodes_tried, demos.episodes_kept, bc['bc_loss'],
+                       eval_bc, eval_final, list(per_iter), dr.describe(),
+                       time.process_time() - t0)
+
+
+def _plain(d):
+    if isinstance(d, dict):
+        return {k: _plain(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [_plain(v) for v in d]
+    if isinstance(d, np.generic):
+        return d.item()
+    return d

@@ -1,0 +1,235 @@
+"""slide_to_target: strike a box once so that it slides and stops inside a target circle.
+
+The strike: the tool (pointing down, its flat end 12 mm above the table) waits behind the
+box on the line from the box to the target, accelerates over ``approach_gap`` to the commanded
+speed, meets the box, pushes ``push_through`` further at that speed and then brakes harder
+than friction can decelerate the box, so the box leaves the tool at about the strike speed
+and slides ``~ v^2 / (2 mu g)``. The speed that lands it on the target therefore depends on
+the sliding friction (and, through the impact and the servo's give, on the mass and the
+arm's gains and latency): a policy tuned in a twin with the wrong friction misses.
+
+Action: [strike speed (m/s), direction offset (rad) from the box-to-target line].
+Observation: [distance box->target (m), heading of the target (rad), box yaw relative to
+that heading (rad)]. Success: the box ends within ``success_radius`` of the target, upright.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..twin import UnstableTwinError
+from .base import EpisodeResult, ResetSample, TaskError, check_action, wrap_angle
+from .kinematics import ToolDownIK
+from .worlds import applied_parameters, quat_yaw, yaw_quat
+
+G = 9.81
+
+
+@dataclass
+class SlideConfig:
+    object_id: str = 'box_0'
+    object_size: tuple[float, float, float] = (0.08, 0.06, 0.05)
+    table_height: float = 0.0
+    start_xy: tuple[float, float] = (0.48, 0.10)
+    start_jitter: float = 0.02           # m, uniform box half-width around start_xy
+    yaw_jitter: float = 0.15             # rad, box yaw about the strike heading
+    distance_range: tuple[float, float] = (0.10, 0.18)   # m, box -> target
+    heading_range: tuple[float, float] = (-0.35, 0.35)   # rad, target direction about +x
+    success_radius: float = 0.05         # m
+    speed_range: tuple[float, float] = (0.2, 1.8)        # m/s
+    direction_offset_max: float = 0.15   # rad
+    tool_radius: float = 0.02            # m, the cell arm's cylindrical tool
+    strike_height: float = 0.012         # m, tool end face above the table
+    approach_gap: float = 0.05           # m of acceleration before contact
+    push_through: float = 0.02           # m pushed at constant speed
+    stop_decel: float = 25.0             # m/s^2, well above mu g for any plausible mu
+    settle_time: float = 1.2             # s after the tool stops, for the box to stop
+    waypoint_dt: float = 0.01            # s between trajectory points
+    demo_friction: float = 0.5           # the friction a scripted demonstrator assumes
+    demo_spread: float = 0.45            # log-normal spread of the demonstrator's speed
+
+    def __post_init__(self):
+        lo, hi = self.speed_range
+        if not 0 < lo < hi:
+            raise TaskError(f'slide_to_target: speed_range {self.speed_range} must be 0 < lo < hi')
+        d0, d1 = self.distance_range
+        if not 0 < d0 <= d1:
+            raise TaskError(f'slide_to_target: distance_range {self.distance_range} invalid')
+        if self.success_radius <= 0:
+            raise TaskError('slide_to_target: success_radius must be > 0')
+
+
+class SlideToTarget:
+    name = 'slide_to_target'
+    observation_dim = 3
+    action_dim = 2
+    one_shot = True
+
+    def __init__(self, robot, config: SlideConfig | dict | None = None):
+        if isinstance(config, dict):
+            try:
+                config = SlideConfig(**config)
+            except TypeError as exc:
+                raise TaskError(f'slide_to_target config: {exc}') from None
+        self.cfg = config or SlideConfig()
+        self.robot = robot
+        self.ik = ToolDownIK(robot)
+        self.object_id = self.cfg.object_id
+        c = self.cfg
+        self.action_low = np.array([c.speed_range[0], -c.direction_offset_max])
+        self.action_high = np.array([c.speed_range[1], c.direction_offset_max])
+
+    def config(self) -> dict:
+        return {'task': self.name, **asdict(self.cfg)}
+
+    # ---------------------------------------------------------------- episode start
+    def sample_reset(self, rng: np.random.Generator) -> ResetSample:
+        c = self.cfg
+        xy = np.asarray(c.start_xy) + rng.uniform(-c.start_jitter, c.start_jitter, 2)
+        heading = rng.uniform(*c.heading_range)
+        dist = rng.uniform(*c.distance_range)
+        goal = xy + dist * np.array([np.cos(heading), np.sin(heading)])
+        yaw = wrap_angle(heading + rng.uniform(-c.yaw_jitter, c.yaw_jitter))
+        return ResetSample(xy, yaw, goal)
+
+    def observation(self, state: dict) -> np.ndarray:
+        d = np.asarray(state['goal_xy']) - np.asarray(state['object_xy'])
+        heading = float(np.arctan2(d[1], d[0]))
+        return np.array([np.linalg.norm(d), heading, wrap_angle(state['object_yaw'] - heading)])
+
+    def initial_state(self, reset: ResetSample) -> dict:
+        return {'object_xy': reset.object_xy, 'object_yaw': reset.object_yaw,
+                'goal_xy': reset.goal_xy, 'object_z': self.object_z}
+
+    @property
+    def object_z(self) -> float:
+        return self.cfg.table_height + self.cfg.object_size[2] / 2
+
+    # ---------------------------------------------------------------- outcome
+    def error(self, state: dict) -> float:
+        return float(np.linalg.norm(np.asarray(state['object_xy']) - state['goal_xy']))
+
+    def upright(self, state: dict) -> bool:
+        """On the table, right way up (a box that tipped onto a side is a failure)."""
+        return bool(abs(state['object_z'] - self.object_z) < 0.01
+                    and state.get('object_up_z', 1.0) > 0.95)
+
+    def success(self, state: dict) -> bool:
+        upright = self.upright(state)
+        return bool(upright and self.error(state) <= self.cfg.success_radius)
+
+    def reward(self, state: dict, action=None) -> float:
+        """1 on success, minus the miss distance in units of 0.1 m (dense for search)."""
+        return float(self.success(state)) - self.error(state) / 0.1
+
+    # ---------------------------------------------------------------- the strike
+    def plan(self, reset: ResetSample, action) -> dict:
+        """The strike as joint motion: q_start (rest pose behind the box) and a trajectory."""
+        c = self.cfg
+        speed, offset = check_action(self, action)
+        d = reset.goal_xy - reset.object_xy
+        theta = float(np.arctan2(d[1], d[0])) + offset
+        u = np.array([np.cos(theta), np.sin(theta)])
+        hx, hy = c.object_size[0] / 2, c.object_size[1] / 2
+        rel = theta - reset.object_yaw
+        contact = abs(hx * np.cos(rel)) + abs(hy * np.sin(rel)) + c.tool_radius
+        start = reset.object_xy - u * (contact + c.approach_gap)
+        # s(t): constant acceleration to `speed` over the gap, cruise, then a hard stop.
+        t_acc = 2 * c.approach_gap / speed
+        t_cruise = c.push_through / speed
+        t_dec = speed / c.stop_decel
+        t_end = t_acc + t_cruise + t_dec
+        t = np.arange(1, int(np.ceil(t_end / c.waypoint_dt)) + 1) * c.waypoint_dt
+        t = np.append(t[t < t_end - 1e-6], t_end)
+        a_acc = speed / t_acc
+        s = np.where(t <= t_acc, 0.5 * a_acc * t ** 2,
+                     np.where(t <= t_acc + t_cruise, c.approach_gap + speed * (t - t_acc),
+                              c.approach_gap + c.push_through + speed * (t - t_acc - t_cruise)
+                              - 0.5 * c.stop_decel * (t - t_acc - t_cruise) ** 2))
+        z = c.table_height + c.strike_height
+        tip = np.column_stack([start + np.outer(s, u), np.full(len(t), z)])
+        q_start = self.ik.solve([*start, z])
+        q = self.ik.solve_path(tip, q_start)
+        qd = np.gradient(np.vstack([q_start, q]), np.concatenate([[0.0], t]), axis=0)[1:]
+        qd[-1] = 0.0
+        return {'q_start': q_start, 'times': t, 'positions': q, 'velocities': qd,
+                'duration': float(t_end + c.settle_time), 'strike_heading': theta}
+
+    def _outcome(self, reset: ResetSample, xyz, quat) -> dict:
+        w, x, y, _ = np.asarray(quat, float) / np.linalg.norm(quat)
+        return {'object_xy': np.asarray(xyz[:2], float), 'object_z': float(xyz[2]),
+                'object_yaw': quat_yaw(quat), 'goal_xy': reset.goal_xy,
+                'object_up_z': float(1 - 2 * (x * x + y * y))}   # box z axis . world z
+
+    def run_episode(self, world, reset: ResetSample, policy) -> EpisodeResult:
+        """One strike on a backend (TwinWorld or CellWorld)."""
+        obs = self.observation(self.initial_state(reset))
+        action = check_action(self, policy(obs))
+        plan = self.plan(reset, action)
+        world.reset(plan['q_start'], [*reset.object_xy, self.object_z], reset.object_yaw)
+        try:
+            world.execute(plan['times'], plan['positions'], plan['velocities'],
+                          plan['duration'])
+            xyz, quat = world.object_pose()
+            state = self._outcome(reset, xyz, quat)
+        except UnstableTwinError:
+            state = self._lost(reset)
+        return EpisodeResult(self.success(state), self.reward(state), self.error(state),
+                             obs[None], action[None], state['object_xy'], state['object_yaw'],
+                             {'strike_heading': plan['strike_heading'],
+                              'upright': self.upright(state)})
+
+    def hindsight_relabel(self, reset: ResetSample, result: EpisodeResult):
+        """(observation, action) for which this strike WAS right: the goal moved to where the
+        box stopped. None when the box was lost or barely moved. In a deterministic twin this
+        turns every replayed demonstration, hit or miss, into a correct example."""
+        moved = np.asarray(result.final_object_xy) - reset.object_xy
+        if not result.info.get('upright', False) or \
+                np.linalg.norm(moved) < self.cfg.distance_range[0] / 2:
+            return None
+        obs = self.observation({'object_xy': reset.object_xy, 'object_yaw': reset.object_yaw,
+                                'goal_xy': reset.object_xy + moved})
+        offset = wrap_angle(result.info['strike_heading'] - obs[1])
+        if abs(offset) > self.cfg.direction_offset_max:
+            return None
+        return obs, np.array([result.actions[0, 0], offset])
+
+    def twin_outcomes(self, twin, reset: ResetSample, action,
+                      param_samples: list[dict] | None = None) -> list[dict]:
+        """Final states of one strike in ``twin`` once per parameter sample (the fast path for
+        training). A rollout that blows up counts as the object lost (z far off)."""
+        plan = self.plan(reset, action)
+        out = []
+        for params in (param_samples or [{}]):
+            with applied_parameters(twin, params):
+                try:
+                    res = twin.rollout(
+                        plan['q_start'], None, plan['times'], plan['positions'],
+                        traj_velocities=plan['velocities'], duration=plan['duration'],
+                        sample_times=[plan['duration']],
+                        object_poses={self.object_id: ([*reset.object_xy, self.object_z],
+                                                       yaw_quat(reset.object_yaw))})
+                except UnstableTwinError:
+                    out.append(self._lost(reset))
+                    continue
+            k = res.object_ids.index(self.object_id)
+            p = res.object_poses[0, -1, k]
+            out.append(self._outcome(reset, p[:3], p[3:]))
+        return out
+
+    def _lost(self, reset: ResetSample) -> dict:
+        return {'object_xy': np.asarray(reset.object_xy) + 1.0, 'object_z': -1.0,
+                'object_yaw': 0.0, 'goal_xy': reset.goal_xy, 'object_up_z': 0.0}
+
+    # ---------------------------------------------------------------- demonstrations
+    def scripted_demo_policy(self, reset: ResetSample, rng: np.random.Generator):
+        """A demonstrator with a rough physics model: v = sqrt(2 mu g d) for an assumed
+        friction, with a multiplicative spread (a human's strikes are not exact)."""
+        c = self.cfg
+        scale = float(np.exp(rng.normal(0.0, self.cfg.demo_spread)))
+
+        def policy(obs):
+            slide = max(obs[0] - c.push_through, 0.01)
+            return np.array([np.sqrt(2 * c.demo_friction * G * slide) * scale, 0.0])
+        return policy

@@ -1,0 +1,235 @@
+"""Where a task runs: a twin or an emulated cell behind one small interface, plus task scenes.
+
+Both backends take joint trajectories with JTC semantics (the reference starts from the held
+position) and report the object's pose. The cell backend reads the object's TRUE pose from
+the EmulatedWorld: that is the evaluator's privilege (the score), never the policy's input
+beyond what a tracker would give.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from ..joint_trajectory import JointTrajectoryCommand, TrajectoryFollower
+from ..twin import Twin
+
+OBJECT_PREFIX = 'object/'
+OBJECT_GEOM_PRIORITY = 1   # like the emulated cell: the object's friction rules its contacts
+
+
+@dataclass(frozen=True)
+class TaskObject:
+    """The manipulated object as the twin knows it (geometry reconstructed, physics a guess)."""
+    id: str
+    size: tuple[float, float, float]        # box extents, m
+    mass: float = 0.2                        # kg (prior: volume x density)
+    friction: float = 0.5                    # sliding friction (prior)
+
+    @property
+    def half_height(self) -> float:
+        return self.size[2] / 2
+
+
+@dataclass(frozen=True)
+class TaskTable:
+    center: tuple[float, float] = (0.6, 0.0)
+    size: tuple[float, float] = (0.8, 1.0)
+    height: float = 0.0
+    friction: float = 0.75
+
+
+def yaw_quat(yaw: float) -> np.ndarray:
+    return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+
+
+def quat_yaw(quat) -> float:
+    w, x, y, z = quat
+    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable()) -> str:
+    """MJCF scene (scene_mjcf format: table + ``object/<id>`` free body) for one box."""
+    hx, hy, hz = (s / 2 for s in obj.size)
+    ixx, iyy, izz = (obj.mass * (a * a + b * b) / 3 for a, b in ((hy, hz), (hx, hz), (hx, hy)))
+    name = OBJECT_PREFIX + obj.id
+    tx, ty = table.center
+    # Elliptic friction cones: MuJoCo's default pyramidal cone makes sliding anisotropic (a box
+    # sent off at 0.3 rad to the table's x axis slides away at 0.5 rad).
+    return f"""<mujoco model="task_scene">
+  <option cone="elliptic"/>
+  <worldbody>
+    <geom name="table" type="box" size="{table.size[0] / 2} {table.size[1] / 2} 0.02"
+          pos="{tx} {ty} {table.height - 0.02}" friction="{table.friction} 0.005 0.0001"/>
+    <body name="{name}" pos="{tx} {ty} {table.height + hz}">
+      <freejoint name="{name}"/>
+      <inertial pos="0 0 0" mass="{obj.mass}" diaginertia="{ixx} {iyy} {izz}"/>
+      <geom name="{name}" type="box" size="{hx} {hy} {hz}" condim="4" mass="0"
+            priority="{OBJECT_GEOM_PRIORITY}" friction="{obj.friction} 0.005 0.0001"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def task_scene_from_cell_geometry(spec, object_id: str, mass: float = 0.2,
+                                  friction: float = 0.5) -> tuple[TaskObject, TaskTable]:
+    """Object and table GEOMETRY from a cell spec (what reconstruction measures) with the
+    given physical guesses; the cell's hidden mass and friction are not read."""
+    o = spec.object(object_id)
+    if o.shape != 'box':
+        raise ValueError(f'object {object_id!r}: the tasks handle boxes, got {o.shape!r}')
+    t = spec.table
+    return (TaskObject(object_id, tuple(o.size), mass, friction),
+            TaskTable(tuple(t.center), tuple(t.size[:2]), t.height, 0.75))
+
+
+def set_twin_parameters(twin: Twin, params: dict) -> None:
+    """Twin.set_parameters plus the mass-derived constants MuJoCo computed at compile time.
+
+    dof_M0 (and body/dof_invweight0) left at the compiled mass make a box made three times
+    heavier through Twin.set_parameters blow up on impact (as of writing Twin does not refresh
+    them, and mj_setConst refuses once a COM offset has moved a body).
+    For a free body they scale exactly with 1 / mass, since its inertia scales with the mass.
+    """
+    m = twin.model
+    old = {n: twin.get_parameter(n) for n in params if n.endswith('/mass')}
+    twin.set_parameters(params)
+    for name, before in old.items():
+        body = _body_id(twin, name)
+        factor = before / twin.get_parameter(name)
+        m.body_invweight0[body] *= factor
+        m.body_subtreemass[body] /= factor
+        for j in range(m.njnt):
+            if m.jnt_bodyid[j] == body and m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+                adr = m.jnt_dofadr[j]
+                m.dof_invweight0[adr:adr + 6] *= factor
+                m.dof_M0[adr:adr + 6] /= factor   # MuJoCo 4 steps with it: stale = unstable
+
+
+def _body_id(twin: Twin, name: str) -> int:
+    element = name.split('/', 1)[1].rsplit('/', 1)[0]
+    m = twin.model
+    for i in range(m.nbody):
+        if m.body(i).name in (element, OBJECT_PREFIX + element) or \
+                m.body(i).name.endswith('/' + element):
+            return i
+    raise ValueError(f'parameter {name!r}: no body {element!r} in the twin')
+
+
+@contextlib.contextmanager
+def applied_parameters(twin: Twin, params: dict | None):
+    """Twin parameters set (with set_twin_parameters) for a block, then restored."""
+    if not params:
+        yield twin
+        return
+    saved = twin.get_parameters(list(params))
+    set_twin_parameters(twin, params)
+    try:
+        yield twin
+    finally:
+        set_twin_parameters(twin, saved)
+
+
+class TwinWorld:
+    """A Twin as a task backend (stepped in Python, one step per physics step)."""
+
+    kind = 'twin'
+
+    def __init__(self, twin: Twin, object_id: str):
+        self.twin = twin
+        self.object_id = object_id
+        j = mujoco.mj_name2id(twin.model, mujoco.mjtObj.mjOBJ_JOINT, OBJECT_PREFIX + object_id)
+        if j < 0:
+            raise ValueError(f'no free object {object_id!r} in the twin; have {twin.object_ids}')
+        self._qa = int(twin.model.jnt_qposadr[j])
+        self._da = int(twin.model.jnt_dofadr[j])
+        self.joint_names = list(twin.joint_names)
+        self._follower = None
+
+    @property
+    def time(self) -> float:
+        return float(self.twin.data.time)
+
+    def reset(self, q0, object_xyz, object_yaw: float) -> None:
+        tw = self.twin
+        tw.reset(np.asarray(q0, float))
+        tw.data.qpos[self._qa:self._qa + 3] = object_xyz
+        tw.data.qpos[self._qa + 3:self._qa + 7] = yaw_quat(object_yaw)
+        tw.data.qvel[self._da:self._da + 6] = 0.0
+        mujoco.mj_forward(tw.model, tw.data)
+        self._follower = TrajectoryFollower(self.joint_names, np.asarray(q0, float))
+
+    def execute(self, times, positions, velocities=None, duration: float | None = None) -> None:
+        """Follow a joint trajectory starting now, then advance ``duration`` s in total."""
+        cmd = JointTrajectoryCommand(self.joint_names, np.asarray(times, float),
+                                     np.asarray(positions, float),
+                                     None if velocities is None else np.asarray(velocities))
+        traj = self._follower.set_trajectory(cmd, self.time)
+        end = self.time + (traj.end_time - self.time if duration is None else duration)
+        dt = self.twin.timestep
+        while self.time < end - 0.5 * dt:
+            p, v, _ = self._follower.sample(self.time)
+            self.twin.step(p, v)
+
+    def kick_object(self, dv_xy) -> None:
+        """A disturbance: add a planar velocity (m/s) to the object."""
+        self.twin.data.qvel[self._da:self._da + 2] += np.asarray(dv_xy, float)
+
+    def object_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        q = self.twin.data.qpos
+        return q[self._qa:self._qa + 3].copy(), q[self._qa + 3:self._qa + 7].copy()
+
+    def joint_positions(self) -> np.ndarray:
+        return self.twin.joint_positions()
+
+
+class CellWorld:
+    """An EmulatedWorld (the stand-in for the physical cell) as a task backend."""
+
+    kind = 'cell'
+
+    def __init__(self, world, object_id: str):
+        if object_id not in world.object_poses():
+            raise ValueError(f'no object {object_id!r} in the cell')
+        self.world = world
+        self.object_id = object_id
+        self.joint_names = list(world.joint_names)
+
+    @property
+    def time(self) -> float:
+        return self.world.time
+
+    def reset(self, q0, object_xyz, object_yaw: float, move_time: float = 1.5) -> None:
+        """Robot back to its initial pose, then moved to q0 (off the object), object placed."""
+        w = self.world
+        w.reset()
+        w.reset_objects([self.object_id], [(np.asarray(object_xyz, float),
+                                            yaw_quat(object_yaw))])
+        w.set_trajectory(JointTrajectoryCommand(self.joint_names, np.array([move_time]),
+                                                np.asarray(q0, float)[None]))
+        w.step_for(move_time + 0.3)
+        # The arm moved in the air; make sure the object is exactly where the episode says.
+        w.reset_objects([self.object_id], [(np.asarray(object_xyz, float),
+                                            yaw_quat(object_yaw))])
+
+    def execute(self, times, positions, velocities=None, duration: float | None = None) -> None:
+        cmd = JointTrajectoryCommand(self.joint_names, np.asarray(times, float),
+                                     np.asarray(positions, float),
+                                     None if velocities is None else np.asarray(velocities))
+        self.world.set_trajectory(cmd)
+        self.world.step_for(float(times[-1]) if duration is None else duration)
+
+    def kick_object(self, dv_xy) -> None:
+        """A disturbance (someone nudges the object): the emulated cell's evaluator-side hook."""
+        w = self.world
+        with w.lock:
+            da = w._obj_dadr[self.object_id]
+            w.data.qvel[da:da + 2] += np.asarray(dv_xy, float)
+
+    def object_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.world.object_poses()[self.object_id]
+
+    def joint_positions(self) -> np.ndarray:
+        return self.world.joint_positions()
