@@ -182,3 +182,19 @@ def test_bad_rollout_inputs(twin):
         twin.rollout(HOME, None, [1.0, 0.5], [HOME, HOME])
     with pytest.raises(UnknownParameterError, match='body/ghost/mass'):
         twin.rollout(HOME, None, [1.0], [HOME], param_samples=[{'body/ghost/mass': 1.0}])
+
+
+def test_mass_change_refreshes_the_compiled_mass_constants(robot):
+    """Setting an object's mass leaves the model as if compiled with that mass: dof_M0 and the
+    invweights MuJoCo derives at compile time follow (stale ones made heavy boxes diverge)."""
+    tw = Twin(robot, scene=SCENE)
+    heavy = Twin(robot, scene=SCENE.replace('mass="0.2"', 'mass="0.6"'))
+    tw.set_parameter('body/box_0/mass', 0.6)
+    b = tw.model.body('object/box_0').id
+    adr = tw.model.jnt_dofadr[tw.model.joint('object/box_0').id]
+    for field in ('dof_M0', 'dof_invweight0'):
+        np.testing.assert_allclose(getattr(tw.model, field)[adr:adr + 6],
+                                   getattr(heavy.model, field)[adr:adr + 6], rtol=1e-6)
+    np.testing.assert_allclose(tw.model.body_invweight0[b], heavy.model.body_invweight0[b],
+                               rtol=1e-6)
+    np.testing.assert_allclose(tw.model.body_mass[b], 0.6)

@@ -260,6 +260,7 @@ class Twin:
                 old = model.body_mass[i]
                 if old > 0:
                     model.body_inertia[i] *= value / old
+                    _rescale_free_body_constants(model, i, old / value)
                 model.body_mass[i] = value
             else:
                 axis = 'xyz'.index(f.field[-1])
@@ -506,3 +507,21 @@ def _interp(t_new: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:
     idx = np.clip(np.searchsorted(t, t_new, side='right') - 1, 0, len(t) - 2)
     w = ((t_new - t[idx]) / (t[idx + 1] - t[idx]))[None, :, None]
     return y[:, idx] * (1 - w) + y[:, idx + 1] * w
+
+
+def _rescale_free_body_constants(model: mujoco.MjModel, body: int, factor: float) -> None:
+    """Refresh what MuJoCo derived from a free body's mass at compile time.
+
+    MuJoCo steps with dof_M0 (and uses the invweights for constraint scaling); left at the
+    compiled mass, a box made three times heavier diverges on impact. mj_setConst cannot
+    redo them once a COM offset has moved a body, but for a free body whose inertia scales
+    with its mass they scale exactly: invweights by ``factor`` = old/new mass, dof_M0 by
+    its inverse. Articulated links are left alone (their constants couple the chain).
+    """
+    model.body_invweight0[body] *= factor
+    model.body_subtreemass[body] /= factor
+    for j in range(model.njnt):
+        if model.jnt_bodyid[j] == body and model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+            adr = model.jnt_dofadr[j]
+            model.dof_invweight0[adr:adr + 6] *= factor
+            model.dof_M0[adr:adr + 6] /= factor

@@ -86,36 +86,8 @@ def task_scene_from_cell_geometry(spec, object_id: str, mass: float = 0.2,
 
 
 def set_twin_parameters(twin: Twin, params: dict) -> None:
-    """Twin.set_parameters plus the mass-derived constants MuJoCo computed at compile time.
-
-    dof_M0 (and body/dof_invweight0) left at the compiled mass make a box made three times
-    heavier through Twin.set_parameters blow up on impact (as of writing Twin does not refresh
-    them, and mj_setConst refuses once a COM offset has moved a body).
-    For a free body they scale exactly with 1 / mass, since its inertia scales with the mass.
-    """
-    m = twin.model
-    old = {n: twin.get_parameter(n) for n in params if n.endswith('/mass')}
+    """Twin.set_parameters (kept as the tasks' one entry point for parameter changes)."""
     twin.set_parameters(params)
-    for name, before in old.items():
-        body = _body_id(twin, name)
-        factor = before / twin.get_parameter(name)
-        m.body_invweight0[body] *= factor
-        m.body_subtreemass[body] /= factor
-        for j in range(m.njnt):
-            if m.jnt_bodyid[j] == body and m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
-                adr = m.jnt_dofadr[j]
-                m.dof_invweight0[adr:adr + 6] *= factor
-                m.dof_M0[adr:adr + 6] /= factor   # MuJoCo 4 steps with it: stale = unstable
-
-
-def _body_id(twin: Twin, name: str) -> int:
-    element = name.split('/', 1)[1].rsplit('/', 1)[0]
-    m = twin.model
-    for i in range(m.nbody):
-        if m.body(i).name in (element, OBJECT_PREFIX + element) or \
-                m.body(i).name.endswith('/' + element):
-            return i
-    raise ValueError(f'parameter {name!r}: no body {element!r} in the twin')
 
 
 @contextlib.contextmanager
