@@ -31,7 +31,7 @@ class TopicListener:
         # Default: reliable with a deep history, so a loaded machine loses nothing on the
         # reader's side (the publishers' own QoS still decides what is offered).
         deep = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-        self.node.create_subscription(msg_type, topic, self._on_msg, qos or deep)
+        self._sub = self.node.create_subscription(msg_type, topic, self._on_msg, qos or deep)
         self._executor = SingleThreadedExecutor(context=self.ctx)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, daemon=True)
@@ -55,6 +55,16 @@ class TopicListener:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if len(self.messages) >= count:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def wait_for_publishers(self, count: int = 1, timeout: float = 10.0) -> bool:
+        """Until ``count`` publishers are matched: messages sent before that on a volatile
+        topic never reach this listener."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._sub.get_publisher_count() >= count:
                 return True
             time.sleep(0.05)
         return False

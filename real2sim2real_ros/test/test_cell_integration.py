@@ -197,6 +197,7 @@ def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph
         joints, _goal_points(q0, [0.6, 0, 0, 0, 0, 0], 2.0), timeout=30)))
     try:
         assert listener.wait_for(20, timeout=10)
+        assert commands.wait_for_publishers(1, timeout=10) and reference.wait_for(1, timeout=10)
         worker.start()
         t_start = time.monotonic()
         # The goal's own trajectory reaching the controller topic shows the listener is matched.

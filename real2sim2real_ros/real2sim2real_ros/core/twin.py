@@ -129,6 +129,9 @@ class Twin:
         world = _load_scene(scene)
         world.option.timestep = timestep
         world.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+        # Elliptic friction cones: the default pyramidal cone bends sliding objects off their
+        # heading (a box sent at 0.3 rad slid away at 0.5 rad), which one-shot tasks cannot afford.
+        world.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
         try:
             robot.attach_to(world, pos=robot_pos, quat=robot_quat)
             with warnings.catch_warnings():

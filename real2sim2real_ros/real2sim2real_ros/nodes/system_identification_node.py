@@ -246,8 +246,15 @@ class SystemIdentificationNode(Node):
         goal = goal_handle.request
         config = load_identification_config(self.p_parameters_file)
         specs = config.select(list(goal.parameter_names))
-        with self._lock:
-            robot = self._robot
+        # A goal sent right after bringup may arrive before the latched robot_description:
+        # give it a few seconds rather than failing at once.
+        deadline = time.monotonic() + 10.0
+        while True:
+            with self._lock:
+                robot = self._robot
+            if robot is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         if robot is None:
             raise _Fail(IR.EXECUTION_FAILED, f'no robot model: {self._robot_error}')
         twin = Twin(robot, timestep=self.p_timestep)

@@ -83,6 +83,7 @@ def scene_xml(result, frame, meshdir: str = 'meshes', model_name: str = 'reconst
     return f'''<mujoco model="{model_name}">
   <!-- Reconstructed from RGB-D views; {comment}. -->
   <compiler angle="radian" meshdir="{meshdir}" autolimits="true"/>
+  <option cone="elliptic"/>
   <asset>{asset_xml}
   </asset>
   <worldbody>
