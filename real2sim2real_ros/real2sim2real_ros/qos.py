@@ -26,6 +26,12 @@ STATE = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=10,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
 
+# Recorders of /joint_states (executor, capture, identification): same offer-compatibility as
+# STATE but a deep reader queue, so a burst of CPU load delays samples instead of dropping them.
+STATE_RECORDING = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=200,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+
 # Commands (joint_trajectory): reliable, keep only the newest; a stale command must not queue.
 COMMAND = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1,
@@ -46,6 +52,7 @@ PROFILES = {
     'sensor_data': SENSOR_DATA,
     'images': IMAGES,
     'state': STATE,
+    'state_recording': STATE_RECORDING,
     'command': COMMAND,
     'latched': LATCHED,
     'clock': CLOCK,

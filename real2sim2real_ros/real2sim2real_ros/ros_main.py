@@ -18,19 +18,23 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
     """Build the node with ``node_factory()`` and spin it until shutdown; return an exit code."""
     rclpy.init(args=args)
     stop = threading.Event()
-    # Python runs signal handlers only between bytecodes of the main thread, so the main
-    # thread spins in short slices (spin_once with a timeout) and checks the flag: a node
-    # with no timers or traffic still stops promptly on SIGINT/SIGTERM from a launcher.
+    # The executor spins on a worker thread; the main thread only waits, in short slices, so
+    # Python can run the SIGINT/SIGTERM handlers (it runs them between main-thread bytecodes):
+    # a node with no timers or traffic still stops promptly when a launcher signals it.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     node = None
     code = 0
+    executor = None
     try:
         node = node_factory()
         executor = MultiThreadedExecutor(num_threads=num_threads)
         executor.add_node(node)
-        while not stop.is_set() and rclpy.ok():
-            executor.spin_once(timeout_sec=0.1)
+        spinner = threading.Thread(target=_spin, args=(executor, stop), daemon=True)
+        spinner.start()
+        while not stop.wait(0.1) and rclpy.ok():
+            pass
+        stop.set()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except ConfigurationError as exc:
@@ -42,6 +46,8 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
         if rclpy.ok() and not stop.is_set():
             raise
     finally:
+        if executor is not None:
+            executor.shutdown(timeout_sec=2.0)
         if node is not None:
             close = getattr(node, 'close', None)
             if close is not None:
@@ -49,6 +55,15 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
             node.destroy_node()
         rclpy.try_shutdown()
     return code
+
+
+def _spin(executor, stop: threading.Event):
+    try:
+        executor.spin()
+    except Exception:  # noqa: BLE001 - shutdown races end the spin; the main thread exits
+        pass
+    finally:
+        stop.set()
 
 
 class ConfigurationError(Exception):

@@ -47,6 +47,7 @@ from ..core.camera_extrinsics import ExtrinsicsError, fk_pose_matrix, load_extri
 from ..core.camera_model import Intrinsics
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
+from ..subscriptions import subscribed
 
 Code = cs.CaptureErrorCode
 SOURCES = ('topics', 'emulated', 'realsense')
@@ -181,8 +182,7 @@ class CameraCaptureNode(Node):
         # Always: hand-eye mounts need them for poses, and every capture set records the arm
         # (scene reconstruction masks it out with its URDF at these joint positions).
         self._urdf = ''
-        self.create_subscription(JointState, 'joint_states', self._on_joint_state,
-                                 qos.STATE, callback_group=group)
+        self._state_group = group  # /joint_states only while capturing (subscriptions.py)
         self.create_subscription(String, 'robot_description', self._on_description,
                                  qos.LATCHED, callback_group=group)
         self.realsense = None
@@ -302,7 +302,12 @@ class CameraCaptureNode(Node):
         return GoalResponse.REJECT if self._busy.locked() else GoalResponse.ACCEPT
 
     def _execute(self, goal_handle):
-        with self._busy:
+        self._joint_states.clear()
+        with self._busy, subscribed(self, JointState, 'joint_states', self._on_joint_state,
+                                    qos.STATE, self._state_group):
+            deadline = time.monotonic() + 2.0  # discovery of the fresh subscription
+            while not self._joint_states and time.monotonic() < deadline:
+                time.sleep(0.02)
             code, msg, out = self._capture(goal_handle)
         result = Capture.Result(error_code=int(code), error_msg=msg)
         if out is not None:

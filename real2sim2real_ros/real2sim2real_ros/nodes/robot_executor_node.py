@@ -53,6 +53,7 @@ from ..executor_backends import (
 )
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
+from ..state_listener import StateListener
 
 R = ExecuteTrajectory.Result
 ERROR_NAMES = {getattr(R, n): n for n in (
@@ -105,8 +106,9 @@ class RobotExecutorNode(Node):
 
         cb = ReentrantCallbackGroup()
         self._backend = make_backend(self.p_backend, self, self.p_controller, cb)
-        self.create_subscription(JointState, self.p_joint_states_topic, self._on_joint_states,
-                                 qos.STATE, callback_group=cb)
+        # /joint_states (100+ Hz) on a helper node of its own: see state_listener.py.
+        self._state_listener = StateListener(self, JointState, self.p_joint_states_topic,
+                                             self._on_joint_states, qos.STATE_RECORDING)
         if self.p_description_file:
             self._load_robot(self.p_description_file, fatal=True)
         else:
@@ -291,6 +293,7 @@ class RobotExecutorNode(Node):
             self._state_stamp = stamp if 0.0 <= now - stamp <= MAX_EXTRAPOLATION else now
             ex = self._active
             q = self._state_pos.copy()
+            measured = self._state_stamp
             complete = bool(np.all(self._state_seen > -math.inf))
         if ex is None:
             return
@@ -299,7 +302,9 @@ class RobotExecutorNode(Node):
         if ex.monitor is not None and ex.t0 is not None and complete:
             with self._lock:
                 if not ex.frozen:
-                    ex.monitor.update(now - ex.t0, q)
+                    # Compare at the measurement time (header stamp), not the receive time:
+                    # a sample that waited in the queue is not a tracking error.
+                    ex.monitor.update(measured - ex.t0, q)
                 ex.last_state_time = now
 
     def _joint_states_topic(self) -> str:
@@ -658,6 +663,7 @@ class RobotExecutorNode(Node):
         if ex is not None and ex.t0 is not None:
             self._stop('node shutting down')
             time.sleep(self.p_period)
+        self._state_listener.close()
         # Destroy the action server before the node so its goal-expiry timer cannot fire on a
         # half-destroyed server.
         self._action.destroy()

@@ -48,6 +48,7 @@ from ..core.twin import UnstableTwinError
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
 from ..ros_time import duration_msg
+from ..subscriptions import subscribed
 
 NODE_NAME = 'system_identification'
 IR = Identify.Result
@@ -110,8 +111,7 @@ class SystemIdentificationNode(Node):
         cb = ReentrantCallbackGroup()
         self.pub_params = self.create_publisher(PhysicalParameterSet, 'physical_parameters',
                                                 qos.LATCHED)
-        self.create_subscription(JointState, self.p_joint_states_topic, self._on_joint_states,
-                                 qos.STATE, callback_group=cb)
+        self._cb = cb  # /joint_states is subscribed only while a goal runs (subscriptions.py)
         if self.p_description_file:
             self._load_robot(self.p_description_file, fatal=True)
         else:
@@ -212,7 +212,9 @@ class SystemIdentificationNode(Node):
         result = IR()
         t0 = time.monotonic()
         try:
-            self._identify(goal_handle, result)
+            with subscribed(self, JointState, self.p_joint_states_topic, self._on_joint_states,
+                            qos.STATE, self._cb):
+                self._identify(goal_handle, result)
             code, text = IR.NONE, ''
         except _Fail as exc:
             code, text = exc.code, exc.message
