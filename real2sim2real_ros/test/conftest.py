@@ -24,6 +24,14 @@ def ros_domain_id() -> int:
     return int(os.environ['ROS_DOMAIN_ID'])
 
 
+@pytest.fixture(scope='session')
+def robot():
+    """The default cell arm (urdf/cell_arm.urdf), loaded once per session. Consumers attach
+    copies of its spec (Twin, EmulatedWorld), never modify it."""
+    from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
+    return load_robot(default_cell_urdf())
+
+
 def package_share() -> Path:
     from ament_index_python.packages import get_package_share_directory
     return Path(get_package_share_directory('real2sim2real_ros'))

@@ -28,18 +28,12 @@ from real2sim2real_ros.core.policies.imitation import (
 )
 from real2sim2real_ros.core.policies.ppo import PPOConfig, train_bandit_ppo
 from real2sim2real_ros.core.policies.randomization import DomainRandomization
-from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
 from real2sim2real_ros.core.tasks import get_task
 from real2sim2real_ros.core.tasks.worlds import CellWorld, TaskObject, TwinWorld, task_scene_xml
 from real2sim2real_ros.core.twin import Twin
 
 torch.set_num_threads(1)
 BOX = (0.08, 0.06, 0.05)
-
-
-@pytest.fixture(scope='module')
-def robot():
-    return load_robot(default_cell_urdf())
 
 
 @pytest.fixture(scope='module')

@@ -18,7 +18,6 @@ from real2sim2real_ros.core.parameters import (
     UnknownParameterError,
     load_parameter_specs,
 )
-from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
 from real2sim2real_ros.core.sysid.fit import NotConvergedError, Recording, identify
 from real2sim2real_ros.core.sysid.probes import ProbeError, multisine_probe
 from real2sim2real_ros.core.sysid.report import write_report
@@ -69,11 +68,6 @@ def declared(twin):
     specs.append(ParameterSpec('global/command_latency', 0.01, 0.0, 0.06, scale=0.01))
     specs.append(ParameterSpec('global/gravity_compensation', 1.0, 0.8, 1.1, scale=0.1))
     return specs
-
-
-@pytest.fixture(scope='module')
-def robot():
-    return load_robot(default_cell_urdf())
 
 
 def run_case(robot, seed):

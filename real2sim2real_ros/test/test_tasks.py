@@ -8,7 +8,6 @@ import yaml
 
 from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
 from real2sim2real_ros.core.emulated_world import EmulatedWorld
-from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
 from real2sim2real_ros.core.tasks import TaskError, get_task, task_names
 from real2sim2real_ros.core.tasks.base import ResetSample
 from real2sim2real_ros.core.tasks.kinematics import IKError, ToolDownIK
@@ -24,11 +23,6 @@ from real2sim2real_ros.core.twin import Twin
 
 torch.set_num_threads(1)
 BOX = (0.08, 0.06, 0.05)
-
-
-@pytest.fixture(scope='module')
-def robot():
-    return load_robot(default_cell_urdf())
 
 
 @pytest.fixture(scope='module')

@@ -26,11 +26,6 @@ SCENE = """<mujoco>
 
 
 @pytest.fixture(scope='module')
-def robot():
-    return load_robot(default_cell_urdf())
-
-
-@pytest.fixture(scope='module')
 def twin(robot):
     return Twin(robot, scene=SCENE)
 
