@@ -201,8 +201,15 @@ class Commander:
             self._wait(self._goal_handle.cancel_goal_async(), timeout, 'cancel')
 
     # -- robot executor ------------------------------------------------------------------------
-    def arm(self) -> Trigger.Response:
-        return self.call(Trigger, 'robot_executor/arm')
+    def arm(self, wait: float = 10.0) -> Trigger.Response:
+        """Arm the executor. It refuses until it has the robot description (a latched topic
+        that may still be on its way right after bringup): retry for up to ``wait`` s."""
+        deadline = time.monotonic() + wait
+        while True:
+            resp = self.call(Trigger, 'robot_executor/arm')
+            if resp.success or 'waiting' not in resp.message or time.monotonic() > deadline:
+                return resp
+            time.sleep(0.2)
 
     def disarm(self) -> Trigger.Response:
         return self.call(Trigger, 'robot_executor/disarm')

@@ -42,14 +42,8 @@ def _goal_points(q0, delta, duration):
     return [(duration / 2, list((q0 + q1) / 2)), (duration, list(q1))]
 
 
-def _ensure_armed(cmd, timeout=15.0):
-    # The executor refuses to arm until it has the robot description (latched topic).
-    deadline = time.monotonic() + timeout
-    while True:
-        resp = cmd.arm()
-        if resp.success or 'waiting' not in resp.message or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+def _ensure_armed(cmd):
+    resp = cmd.arm(wait=15.0)
     assert resp.success, resp.message
 
 
