@@ -348,6 +348,32 @@ class Twin:
                 np.abs(self.data.qvel) > MAX_QVEL):
             raise UnstableTwinError(f'twin diverged at t={self.data.time:.4f} s')
 
+    def step_held(self, n: int, q_ref, v_ref=None) -> None:
+        """``n`` steps with one constant reference (a controller holding its last point).
+
+        Python steps one at a time only until the latency queue holds nothing but this
+        reference; from then on the control is constant and MuJoCo steps the rest in one
+        ``mj_step(nstep=...)`` call, at bare-MuJoCo speed. Same result as ``n`` x ``step``.
+        """
+        q_ref = np.asarray(q_ref, float)
+        v_ref = np.zeros_like(q_ref) if v_ref is None else np.asarray(v_ref, float)
+        done = 0
+        while done < n and not all(np.array_equal(q, q_ref) and np.array_equal(v, v_ref)
+                                   for q, v in self._queue):
+            self.step(q_ref, v_ref)
+            done += 1
+        rest = n - done
+        if rest <= 0:
+            return
+        self._set_ctrl(self.model, self.data.ctrl, q_ref, v_ref)
+        t_end = self.data.time + rest * self.model.opt.timestep
+        mujoco.mj_step(self.model, self.data, nstep=rest)
+        # MuJoCo resets the state (and its time) on a diverged acceleration.
+        if (abs(self.data.time - t_end) > 0.5 * self.model.opt.timestep
+                or not np.all(np.isfinite(self.data.qacc))
+                or np.any(np.abs(self.data.qvel) > MAX_QVEL)):
+            raise UnstableTwinError(f'twin diverged before t={t_end:.4f} s')
+
     def joint_positions(self) -> np.ndarray:
         return self.data.qpos[self._qadr].copy()
 

@@ -285,8 +285,13 @@ class SimServerNode(Node):
                 resp.sim_time = float(twin.data.time)
                 return resp
             try:
-                for _ in range(int(req.steps)):
-                    self._step_once(twin)
+                if self.follower.is_done(twin.data.time):
+                    # Holding the last point: one constant reference, MuJoCo-speed stepping.
+                    q, v, _ = self.follower.sample(twin.data.time)
+                    twin.step_held(int(req.steps), q, v)
+                else:
+                    for _ in range(int(req.steps)):
+                        self._step_once(twin)
             except UnstableTwinError as exc:
                 resp.success, resp.message = False, f'{exc}; call ~/reset'
                 resp.sim_time = float(twin.data.time)
