@@ -82,14 +82,16 @@ def qos_to_rosbag2(profile: QoSProfile) -> dict:
 
 def playback_qos(offered: list[dict], topic: str) -> QoSProfile:
     """What the player offers: reliable and transient-local if any recorded publisher was
-    (an offer that strong still matches weaker subscribers); reliable keep-last-10 when the
-    bag has no QoS; conventionally latched topics stay transient-local."""
+    (an offer that strong still matches weaker subscribers); reliable keep-last-100 when the
+    bag has no QoS (a deep writer history lets a slow subscriber catch up instead of losing
+    samples); conventionally latched topics stay transient-local."""
     reliable = not offered or any(q.get('reliability') == 'reliable' for q in offered)
     latched = any(q.get('durability') == 'transient_local' for q in offered)
     if not offered and topic.strip('/') in LATCHED_TOPIC_NAMES:
         latched = True
+    default = 1 if latched else 100
     depths = [int(q.get('depth') or 0) for q in offered if q.get('history') == 'keep_last']
-    depth = max(depths + [1 if latched else 10]) if depths else (1 if latched else 10)
+    depth = max(depths + [default]) if depths else default
     return QoSProfile(
         history=HistoryPolicy.KEEP_LAST, depth=max(depth, 1),
         reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,

@@ -119,8 +119,11 @@ def test_armed_execution_tracks_with_feedback_and_records(graph, joints):
     recorded = [r for r in recorded if (r.header.stamp.sec, r.header.stamp.nanosec) >= first_live]
     matched = [r for r in recorded
                if (r.header.stamp.sec, r.header.stamp.nanosec) in live_by_stamp]
-    assert len(recorded) >= 200 and len(matched) >= 0.95 * len(recorded)
-    for r in matched[::25]:
+    # Completeness of the recording is asserted above from the rate; here the content: every
+    # sample both saw is identical. (The cell's writer keeps 10 samples per reader, so this
+    # test process's own listener may miss some when the machine is loaded.)
+    assert len(recorded) >= 200 and len(matched) >= 0.5 * len(recorded)
+    for r in matched:
         np.testing.assert_array_equal(
             r.position, live_by_stamp[(r.header.stamp.sec, r.header.stamp.nanosec)])
     graph[2].joinpath('last_bag').write_text(result.bag_path)
