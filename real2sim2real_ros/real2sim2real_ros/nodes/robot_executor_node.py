@@ -62,6 +62,7 @@ ERROR_NAMES = {getattr(R, n): n for n in (
     'CANCELED', 'BACKEND_UNAVAILABLE', 'BUSY')}
 FEEDBACK_PERIOD = 0.05      # s: ~20 Hz feedback and supervision
 MAX_EXTRAPOLATION = 0.1     # s: stop points are extrapolated from a state at most this old
+TRACKING_STAMP_WINDOW = 2.0  # s: older joint_states stamps are implausible (other clock)
 
 
 class _Abort(Exception):
@@ -293,7 +294,10 @@ class RobotExecutorNode(Node):
             self._state_stamp = stamp if 0.0 <= now - stamp <= MAX_EXTRAPOLATION else now
             ex = self._active
             q = self._state_pos.copy()
-            measured = self._state_stamp
+            # Tracking compares at the measurement time. A cell whose clock lags (a loaded
+            # machine) stamps old times and started the trajectory late by the same amount,
+            # so any plausible stamp (up to TRACKING_STAMP_WINDOW old) is the right one.
+            measured = stamp if 0.0 <= now - stamp <= TRACKING_STAMP_WINDOW else now
             complete = bool(np.all(self._state_seen > -math.inf))
         if ex is None:
             return
