@@ -69,6 +69,16 @@ class Task(Protocol):
     def config(self) -> dict: ...
 
 
+def task_config(config_cls, config, task_name: str):
+    """A task's config from a dataclass instance, a dict of its fields, or None (defaults)."""
+    if isinstance(config, dict):
+        try:
+            return config_cls(**config)
+        except TypeError as exc:
+            raise TaskError(f'{task_name} config: {exc}') from None
+    return config or config_cls()
+
+
 def check_action(task: Task, action) -> np.ndarray:
     """The action as a clipped float array of the task's action size (TaskError otherwise)."""
     a = np.asarray(action, float).reshape(-1)

@@ -19,7 +19,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..twin import UnstableTwinError
-from .base import EpisodeResult, ResetSample, TaskError, check_action, wrap_angle
+from .base import (
+    EpisodeResult,
+    ResetSample,
+    TaskError,
+    check_action,
+    task_config,
+    wrap_angle,
+)
 from .kinematics import IKError, ToolDownIK
 from .worlds import quat_yaw
 
@@ -58,12 +65,7 @@ class PushToPose:
     one_shot = False
 
     def __init__(self, robot, config: PushConfig | dict | None = None):
-        if isinstance(config, dict):
-            try:
-                config = PushConfig(**config)
-            except TypeError as exc:
-                raise TaskError(f'push_to_pose config: {exc}') from None
-        self.cfg = config or PushConfig()
+        self.cfg = task_config(PushConfig, config, self.name)
         self.robot = robot
         self.ik = ToolDownIK(robot)
         self.object_id = self.cfg.object_id

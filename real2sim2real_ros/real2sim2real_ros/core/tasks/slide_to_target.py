@@ -19,7 +19,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..twin import UnstableTwinError
-from .base import EpisodeResult, ResetSample, TaskError, check_action, wrap_angle
+from .base import (
+    EpisodeResult,
+    ResetSample,
+    TaskError,
+    check_action,
+    task_config,
+    wrap_angle,
+)
 from .kinematics import ToolDownIK
 from .worlds import applied_parameters, quat_yaw, yaw_quat
 
@@ -67,12 +74,7 @@ class SlideToTarget:
     one_shot = True
 
     def __init__(self, robot, config: SlideConfig | dict | None = None):
-        if isinstance(config, dict):
-            try:
-                config = SlideConfig(**config)
-            except TypeError as exc:
-                raise TaskError(f'slide_to_target config: {exc}') from None
-        self.cfg = config or SlideConfig()
+        self.cfg = task_config(SlideConfig, config, self.name)
         self.robot = robot
         self.ik = ToolDownIK(robot)
         self.object_id = self.cfg.object_id
