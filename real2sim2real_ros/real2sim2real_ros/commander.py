@@ -24,7 +24,14 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from real2sim2real_msgs.action import ExecuteTrajectory, Identify, Rollout
+from real2sim2real_msgs.action import (
+    Evaluate,
+    ExecutePolicy,
+    ExecuteTrajectory,
+    Identify,
+    Rollout,
+    Train,
+)
 from real2sim2real_msgs.msg import PhysicalParameter, PhysicalParameterSet
 from real2sim2real_msgs.srv import (
     GetPhysicalParameters,
@@ -44,7 +51,7 @@ GRAPH = {
     'robot_executor': (
         ['robot_executor/arm', 'robot_executor/disarm', 'robot_executor/stop',
          'robot_executor/get_status'],
-        ['robot_executor/execute_trajectory']),
+        ['robot_executor/execute_trajectory', 'robot_executor/execute_policy']),
     'sim_server': (
         ['sim_server/reset', 'sim_server/set_pause', 'sim_server/step',
          'sim_server/set_physical_parameters', 'sim_server/get_physical_parameters',
@@ -53,6 +60,8 @@ GRAPH = {
     'system_identification': ([], ['system_identification/identify']),
     'camera_capture': ([], ['camera_capture/capture']),
     'scene_reconstruction': ([], ['scene_reconstruction/reconstruct']),
+    'object_tracker': (['object_tracker/reset'], []),
+    'policy_trainer': ([], ['policy_trainer/train', 'policy_trainer/evaluate']),
 }
 # Only the emulated cell has these; a physical cell brings its own drivers instead.
 EMULATED_ONLY = ('emulated_cell',)
@@ -233,6 +242,23 @@ class Commander:
         return self.run_action(ExecuteTrajectory, 'robot_executor/execute_trajectory', goal,
                                feedback=feedback, timeout=timeout, cancel_after=cancel_after)
 
+    def execute_policy(self, checkpoint, goal: Sequence[float] = (), *, task: str = '',
+                       max_duration: float = 0.0, record: bool = True,
+                       feedback: Callable | None = None, timeout: float | None = None,
+                       cancel_after: float | None = None):
+        """Run the policy checkpoint (folder with policy.pt + policy.json) closed-loop on the
+        robot through the ARMED executor. ``goal``: the task goal (slide_to_target /
+        push_to_pose: x y [yaw], world frame; empty = the task's default); ``task``: the task
+        the checkpoint must be for ('' = any); ``max_duration`` 0 = the node's default.
+        Feedback carries ``step`` and ``elapsed``. Returns the ExecutePolicy result."""
+        req = ExecutePolicy.Goal(checkpoint_path=str(checkpoint), task=str(task),
+                                 task_goal=[float(v) for v in goal],
+                                 max_duration=float(max_duration), record=bool(record))
+        if timeout is None:
+            timeout = max(120.0, float(max_duration) + 60.0)
+        return self.run_action(ExecutePolicy, 'robot_executor/execute_policy', req,
+                               feedback=feedback, timeout=timeout, cancel_after=cancel_after)
+
     def joint_state(self, timeout: float = 5.0):
         """The next /joint_states message (names, positions, velocities)."""
         got = threading.Event()
@@ -314,3 +340,27 @@ class Commander:
                              run_dir=str(run_dir))
         return self.run_action(Identify, 'system_identification/identify', goal,
                                feedback=feedback, timeout=timeout, cancel_after=cancel_after)
+
+    # -- policy trainer ------------------------------------------------------------------------
+    def train(self, task: str, parameters_path: str = '', randomize: bool = False,
+              total_steps: int = 0, demo_bags: Sequence[str] = (), run_dir: str = '', *,
+              feedback: Callable | None = None, timeout: float = 1800.0,
+              cancel_after: float | None = None):
+        """Train ``task`` in the twin (identified ``parameters_path`` or the nominal twin;
+        ``total_steps`` 0 = the node's budget). Feedback: stage, progress, twin_success_rate.
+        Returns the Train result (checkpoint_path, twin_result)."""
+        goal = Train.Goal(task=str(task), parameters_path=str(parameters_path),
+                          randomize=bool(randomize), total_steps=int(total_steps),
+                          demo_bags=[str(b) for b in demo_bags], run_dir=str(run_dir))
+        return self.run_action(Train, 'policy_trainer/train', goal, feedback=feedback,
+                               timeout=timeout, cancel_after=cancel_after)
+
+    def evaluate_policy(self, checkpoint_path: str, trials: int = 0, task: str = '', *,
+                        feedback: Callable | None = None, timeout: float = 600.0,
+                        cancel_after: float | None = None):
+        """Evaluate a checkpoint in the twin it was trained in (``trials`` 0 = the node's
+        eval_trials). Feedback: trials_done, success_rate. Returns the Evaluate result."""
+        goal = Evaluate.Goal(checkpoint_path=str(checkpoint_path), task=str(task),
+                             trials=int(trials))
+        return self.run_action(Evaluate, 'policy_trainer/evaluate', goal, feedback=feedback,
+                               timeout=timeout, cancel_after=cancel_after)

@@ -25,7 +25,7 @@ BOX = dict(size=(0.10, 0.08, 0.06), xy=(0.60, 0.0), yaw=0.4)
 @pytest.fixture(scope='module')
 def scene():
     data = copy.deepcopy(yaml.safe_load((CELLS / 'default.yaml').read_text()))
-    data['robot']['initial_positions'] = [3.0, -1.5607, 1.7113, 1.4203, 0.0, 0.0]  # arm away
+    data['robot']['initial_positions'] = [3.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0]  # arm away
     data['objects'] = [{'id': 'box', 'shape': 'box', 'size': list(BOX['size']),
                         'pose': {'xyz': list(BOX['xy']), 'yaw': BOX['yaw']}, 'mass': 0.3}]
     data['cameras'][0]['pose'] = {'xyz': [0.60, -0.45, 0.70], 'look_at': [0.60, 0.0, 0.0]}

@@ -101,7 +101,7 @@ def test_default_arm_limits_equal_the_urdf(cell_arm):
 
 def test_fk_matches_hand_computation(cell_arm):
     # q = 0: arm stretched along +x at shoulder height; lateral offsets +0.135 - 0.135 = 0.
-    reach = 0.45 + 0.40 + 0.09 + 0.09 + 0.06 + 0.04
+    reach = 0.45 + 0.40 + 0.09 + 0.09 + 0.06 + 0.10
     pos, quat = cell_arm.fk(np.zeros(6))
     np.testing.assert_allclose(pos, [reach, 0.0, 0.09], atol=1e-6)
     h = math.sqrt(0.5)  # tool z along world +x: rotation of +90 deg about y
@@ -112,9 +112,9 @@ def test_fk_matches_hand_computation(cell_arm):
     # Shoulder lift by -90 deg points the whole arm straight up.
     pos, _ = cell_arm.fk([0, -math.pi / 2, 0, 0, 0, 0])
     np.testing.assert_allclose(pos, [0.0, 0.0, 0.09 + reach], atol=1e-6)
-    # The documented home pose: tip at (0.5, 0, 0.15) with the tool pointing straight down.
+    # The documented home pose: tip at (0.5, 0, 0.09) with the tool pointing straight down.
     pos, quat = cell_arm.fk(CELL_ARM_HOME)
-    np.testing.assert_allclose(pos, [0.5, 0.0, 0.15], atol=1e-3)
+    np.testing.assert_allclose(pos, [0.5, 0.0, 0.09], atol=1e-3)
     tool_z = np.zeros(9)
     mujoco.mju_quat2Mat(tool_z, quat)
     np.testing.assert_allclose(tool_z.reshape(3, 3)[:, 2], [0, 0, -1], atol=1e-3)
@@ -134,7 +134,7 @@ def test_position_target_settles_in_plain_mujoco(cell_arm):
         mujoco.mj_step(model, data)
     assert np.abs(data.qpos[idx] - target).max() < 0.01
     tip = data.xpos[model.body('tool_tip').id]
-    np.testing.assert_allclose(tip, [0.5, 0.0, 0.15], atol=0.01)
+    np.testing.assert_allclose(tip, [0.5, 0.0, 0.09], atol=0.01)
 
 
 def test_attach_twice_with_prefixes(cell_arm):
@@ -148,7 +148,7 @@ def test_attach_twice_with_prefixes(cell_arm):
     mujoco.mj_kinematics(model, data)
     # The right arm is turned by 180 deg about z: its stretched tip lies along -x.
     np.testing.assert_allclose(data.xpos[model.body('right/tool_tip').id],
-                               [-1.13, 0.5, 0.09], atol=1e-6)
+                               [-1.19, 0.5, 0.09], atol=1e-6)
 
 
 def test_urdf_string_loads_like_the_file(cell_arm, mesh_cache):

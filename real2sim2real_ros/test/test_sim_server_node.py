@@ -14,7 +14,7 @@ Rollout = pytest.importorskip('real2sim2real_msgs.action').Rollout
 RR = Rollout.Result
 NAMES = ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint',
          'wrist_2_joint', 'wrist_3_joint']
-READY = [0.0, -1.5607, 1.7113, 1.4203, 0.0, 0.0]
+READY = [0.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0]
 
 
 class _Description:

@@ -161,7 +161,7 @@ def test_bad_input_errors(robot, short_recording):
 
 
 def test_probe_respects_limits(robot):
-    center = np.asarray([0.0, -1.5607, 1.7113, 1.4203, 0.0, 0.0])
+    center = np.asarray([0.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0])
     p = multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
                         robot.velocity_limits, duration=3.0, velocity_fraction=0.3, seed=1)
     assert np.all(np.abs(p.velocities) <= 0.3 * robot.velocity_limits + 1e-6)

@@ -11,7 +11,7 @@ from real2sim2real_ros.core.parameters import UnknownParameterError
 from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
 from real2sim2real_ros.core.twin import InvalidRolloutError, Twin, UnstableTwinError
 
-HOME = np.array([0.0, -1.5607, 1.7113, 1.4203, 0.0, 0.0])
+HOME = np.array([0.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0])
 
 SCENE = """<mujoco>
   <worldbody>

@@ -116,6 +116,96 @@ def cmd_identify(args, _rest) -> int:
     return 0
 
 
+def cmd_train(args, _rest) -> int:
+    from real2sim2real_ros.cli.progress import action_progress
+    if args.steps < 0:
+        print('r2s2r train: --steps must be >= 0', file=sys.stderr)
+        return 2
+
+    def info(fb) -> str:
+        return fb.stage + (f', twin success {fb.twin_success_rate:.0%}'
+                           if math.isfinite(fb.twin_success_rate) else '')
+    with _commander(args) as cmd, action_progress(f'train {args.task}') as progress:
+        try:
+            result = cmd.train(args.task, parameters_path=args.parameters,
+                               randomize=args.randomize, total_steps=args.steps,
+                               demo_bags=args.demo_bags, run_dir=args.run_dir,
+                               timeout=args.timeout,
+                               feedback=lambda fb: progress(fb.progress, info(fb)))
+        except KeyboardInterrupt:
+            cmd.cancel_current_goal()
+            print('cancelled')
+            return 130
+    if result.error_code:
+        print(f'train: FAILED ({result.error_code}): {result.error_msg}')
+        return 1
+    tw = result.twin_result
+    print(f'train: ok; twin success {tw.success_rate:.0%} ({tw.successes}/{tw.trials} trials)')
+    print(f'checkpoint: {result.checkpoint_path}')
+    return 0
+
+
+def cmd_evaluate_policy(args, _rest) -> int:
+    from real2sim2real_ros.cli.progress import action_progress
+    if args.trials < 1:
+        print('r2s2r evaluate-policy: --trials must be >= 1', file=sys.stderr)
+        return 2
+    with _commander(args) as cmd, action_progress('evaluate-policy (twin)') as progress:
+        try:
+            result = cmd.evaluate_policy(
+                args.checkpoint, trials=args.trials, task=args.task, timeout=args.timeout,
+                feedback=lambda fb: progress(fb.trials_done / args.trials,
+                                             f'{fb.trials_done}/{args.trials} trials, success '
+                                             f'{fb.success_rate:.0%}'))
+        except KeyboardInterrupt:
+            cmd.cancel_current_goal()
+            print('cancelled')
+            return 130
+    if result.error_code:
+        print(f'evaluate-policy: FAILED ({result.error_code}): {result.error_msg}')
+        return 1
+    r = result.result
+    print(f'evaluate-policy: {r.system} success {r.success_rate:.0%} '
+          f'({r.successes}/{r.trials} trials)')
+    return 0
+
+
+def cmd_execute_policy(args, _rest) -> int:
+    from real2sim2real_ros.cli.progress import action_progress
+    if args.goal is not None and len(args.goal) not in (2, 3):
+        print('r2s2r execute-policy: --goal takes X Y [YAW] (world frame, m, rad)',
+              file=sys.stderr)
+        return 2
+    if not args.max_duration > 0:
+        print('r2s2r execute-policy: --max-duration must be > 0', file=sys.stderr)
+        return 2
+    span = args.max_duration
+    # The node resolves the path on its side: hand it an absolute one when it exists here.
+    from pathlib import Path
+    checkpoint = Path(args.checkpoint)
+    checkpoint = str(checkpoint.resolve()) if checkpoint.exists() else args.checkpoint
+
+    def info(fb) -> str:
+        return f'step {fb.step}, {fb.elapsed:.1f} s'
+    with _commander(args) as cmd, action_progress('execute_policy') as progress:
+        try:
+            result = cmd.execute_policy(
+                checkpoint, args.goal or (), task=args.task,
+                max_duration=args.max_duration, record=not args.no_record,
+                timeout=args.max_duration + 60.0,
+                feedback=lambda fb: progress(fb.elapsed / span, info(fb)))
+        except KeyboardInterrupt:
+            cmd.cancel_current_goal()
+            print('cancelled')
+            return 130
+    if result.error_code:
+        print(f'execute-policy: FAILED ({result.error_code}): {result.error_msg}')
+        return 1
+    print(f'execute-policy: done in {result.duration:.2f} s, {result.steps} step(s); '
+          f'task_success {result.task_success}; bag {result.bag_path or "-"}')
+    return 0
+
+
 def cmd_reset_objects(args, _rest) -> int:
     with _commander(args) as cmd:
         resp = cmd.reset_objects(args.ids)
@@ -152,6 +242,34 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument('--run-dir', default='', help='where identify_<n>/ goes (default: the '
                    'node\'s run_dir)')
     i.add_argument('--timeout', type=float, default=600.0, help='seconds to wait for the result')
+    t = sub.add_parser('train', help='train a task policy in the twin (policy_trainer)')
+    t.add_argument('--task', required=True, help='task name, e.g. slide_to_target')
+    t.add_argument('--parameters', default='', metavar='P', help='identified parameter set '
+                   '(identify_NNN/parameters.yaml or its folder); default: the nominal twin')
+    t.add_argument('--randomize', action='store_true', help='domain randomisation from the '
+                   'parameters\' 95%% intervals')
+    t.add_argument('--steps', type=int, default=0, metavar='N', help='environment steps of '
+                   'training (one-shot task: episodes); 0 = the node\'s budget')
+    t.add_argument('--demo-bags', nargs='+', default=[], metavar='BAG',
+                   help='recorded demonstrations (not usable yet: the node answers NO_DEMOS)')
+    t.add_argument('--run-dir', default='', help='where train_<n>/ goes (default: the node\'s '
+                   'run_dir)')
+    t.add_argument('--timeout', type=float, default=1800.0, help='seconds to wait for the result')
+    v = sub.add_parser('evaluate-policy', help='evaluate a policy checkpoint in the twin')
+    v.add_argument('checkpoint', help='checkpoint folder (train_<n>/checkpoint)')
+    v.add_argument('--trials', type=int, default=20, metavar='N', help='episodes (default 20)')
+    v.add_argument('--task', default='', help='task (default: the checkpoint\'s)')
+    v.add_argument('--timeout', type=float, default=600.0, help='seconds to wait for the result')
+    x = sub.add_parser('execute-policy', help='run a policy checkpoint closed-loop on the robot '
+                       '(ARMED executor; object poses from the object tracker)')
+    x.add_argument('checkpoint', help='checkpoint folder (policy.pt + policy.json)')
+    x.add_argument('--goal', nargs='+', type=float, default=None, metavar='V',
+                   help='task goal X Y [YAW] (world frame, m, rad); default: the task\'s')
+    x.add_argument('--task', default='', help='the task the checkpoint must be for '
+                   '(default: the checkpoint\'s)')
+    x.add_argument('--max-duration', type=float, default=60.0, metavar='S',
+                   help='seconds the episode may take (default 60)')
+    x.add_argument('--no-record', action='store_true', help='do not record an MCAP bag')
     r = sub.add_parser('reset-objects', help='put the emulated cell\'s objects back')
     r.add_argument('ids', nargs='*', help='object ids (default: all)')
     from real2sim2real_ros.cli import capture_cli, reconstruct_cli
@@ -169,6 +287,8 @@ HANDLERS = {
     'launch': cmd_launch, 'status': cmd_status, 'arm': _trigger('arm'),
     'disarm': _trigger('disarm'), 'stop': _trigger('stop'), 'execute': cmd_execute,
     'reset-objects': cmd_reset_objects, 'identify': cmd_identify,
+    'train': cmd_train, 'evaluate-policy': cmd_evaluate_policy,
+    'execute-policy': cmd_execute_policy,
 }
 
 

@@ -145,7 +145,8 @@ class RunDirectory:
 
     def completed(self, stage: str) -> list[Path]:
         """Manifests of completed executions of ``stage``, oldest first."""
-        return sorted(p / MANIFEST for p in self.root.glob(f'{stage}_*')
+        # `<stage>_[0-9]*`: `execute_*` must not also match `execute_policy_000`.
+        return sorted(p / MANIFEST for p in self.root.glob(f'{stage}_[0-9]*')
                       if (p / MANIFEST).is_file())
 
     def latest(self, stage: str) -> dict | None:

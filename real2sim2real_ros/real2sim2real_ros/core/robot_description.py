@@ -55,7 +55,7 @@ __all__ = [
 
 PACKAGE_NAME = 'real2sim2real_ros'
 
-# A tool-down pose of the default cell arm: tool_tip at about (0.5, 0.0, 0.15) m, tool pointing
+# A tool-down pose of the default cell arm: tool_tip at about (0.5, 0.0, 0.09) m, tool pointing
 # straight down (-z). shoulder_lift + elbow + wrist_1 = pi/2 keeps the tool vertical.
 CELL_ARM_HOME = (0.0, -1.3200, 1.5622, 1.3286, 0.0, 0.0)
 

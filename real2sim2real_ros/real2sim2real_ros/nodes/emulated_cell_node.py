@@ -21,6 +21,10 @@ Offers the ROS surface a real cell has, so the pipeline cannot tell it apart:
   it can and is the clock; other nodes run with use_sim_time
 * service ``~/reset_objects`` (real2sim2real_msgs/srv/ResetObjects): the person who puts the
   objects back on a real table.
+* ``~/true_object_poses`` (real2sim2real_msgs/TrackedObjects, ``truth_rate`` Hz, only while
+  someone subscribes): the objects' TRUE poses, stamped on the cell's clock. HIDDEN TRUTH for
+  the evaluator (tests, benchmarks) only, like the cell spec; a real cell has no such topic
+  and no pipeline node may read it.
 
 Clock: every stamp is ``t0 + world time`` and a trajectory's non-zero header.stamp is a start
 time on that same clock (JTC semantics: hold until then), so ``joint_state stamp - start stamp``
@@ -44,7 +48,7 @@ import time
 
 import numpy as np
 from builtin_interfaces.msg import Time as TimeMsg
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import Pose, PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
@@ -52,6 +56,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
+from real2sim2real_msgs.msg import TrackedObjects
 from real2sim2real_msgs.srv import ResetObjects
 
 from .. import qos
@@ -124,6 +129,7 @@ class EmulatedCellNode(Node):
         self.real_time = p['real_time']
         self.world_frame = p['world_frame']
         self.joint_period = 1.0 / p['joint_state_rate']
+        self.truth_period = 1.0 / p['truth_rate'] if p['truth_rate'] > 0 else math.inf
         self.clock_period = 1.0 / p['clock_rate']
         self.controller = p['controller_name']
         self.cameras = []
@@ -184,6 +190,9 @@ class EmulatedCellNode(Node):
                            choices=['images', 'sensor_data'], read_only=True),
             'depth_format': d('depth_format', '', 'depth encoding; empty = spec',
                               choices=['', '32FC1', '16UC1'], read_only=True),
+            'truth_rate': d('truth_rate', 10.0, 'Hz of ~/true_object_poses (the hidden truth '
+                            'for evaluators; published only while subscribed); 0 = off',
+                            lo=0.0, hi=200.0),
             'world_frame': d('world_frame', 'world', 'frame of the extrinsics (robot base at '
                              'its origin)', read_only=True),
         }
@@ -206,6 +215,8 @@ class EmulatedCellNode(Node):
                                  self._on_trajectory, qos.COMMAND, callback_group=group)
         self.create_service(ResetObjects, '~/reset_objects', self._on_reset_objects,
                             callback_group=group)
+        self.pub_truth = self.create_publisher(TrackedObjects, '~/true_object_poses',
+                                               qos.STATE)
         self.pub_clock = (None if self.real_time
                           else self.create_publisher(Clock, '/clock', qos.CLOCK))
         iq = qos.by_name(image_qos)
@@ -285,6 +296,7 @@ class EmulatedCellNode(Node):
         w = self.world
         next_joint = w.time
         next_clock = w.time
+        next_truth = w.time
         next_frame = {cam.name: w.time for cam, _, _ in self.cameras}
         chunk = max(w.timestep, 0.001)
         wall0 = time.monotonic() - w.time
@@ -313,6 +325,10 @@ class EmulatedCellNode(Node):
                     self._publish_joint_state()
                     next_joint += self.joint_period * max(1, math.floor(
                         (now - next_joint) / self.joint_period) + 1)
+                if now + 1e-9 >= next_truth:
+                    next_truth = now + self.truth_period
+                    if self.pub_truth.get_subscription_count():
+                        self._publish_truth()
                 if self.pub_clock is not None and now + 1e-9 >= next_clock:
                     self.pub_clock.publish(Clock(clock=_stamp(now)))
                     next_clock = now + self.clock_period
@@ -388,6 +404,24 @@ class EmulatedCellNode(Node):
             err.position = state['error_positions'].tolist()
             err.velocity = state['error_velocities'].tolist()
             self.pub_cerr.publish(err)
+
+    def _publish_truth(self):
+        w = self.world
+        with w.lock:
+            poses = w.object_poses()
+            stamp = _stamp(self.t0 + w.time)
+        msg = TrackedObjects()
+        msg.header.stamp, msg.header.frame_id = stamp, self.world_frame
+        for oid, (xyz, quat) in poses.items():
+            pose = Pose()
+            pose.position.x, pose.position.y, pose.position.z = map(float, xyz)
+            o = pose.orientation
+            o.w, o.x, o.y, o.z = map(float, quat)
+            msg.ids.append(oid)
+            msg.poses.append(pose)
+            msg.num_points.append(0)
+            msg.fit_residual.append(0.0)
+        self.pub_truth.publish(msg)
 
     def _publish_frame(self, cam, depth_format: str):
         t, rgb, depth = self.world.render_with_time(cam.name)

@@ -19,6 +19,25 @@ of 0 sends header.stamp = 0 ("start now"). Stop ramps always start now.
 
 Each execution gets ``<run_dir>/execute_<n>/manifest.json`` (inputs, limits used, results)
 and, when recording, ``trajectory.mcap`` (rosbag2 MCAP folder: commands + joint states).
+
+``~/execute_policy`` (real2sim2real_msgs/ExecutePolicy) runs a trained policy closed-loop with
+the SAME safety rules (core/policy_execution.py does the planning): it refuses when DISARMED
+(NOT_ARMED) or busy (BUSY), for a bad checkpoint or a task mismatch (INVALID_CHECKPOINT naming
+the file; a task_goal that does not fit the task also gets INVALID_CHECKPOINT), and for a goal
+outside the workspace (WORKSPACE_VIOLATION), all before anything moves. Observations: the
+joint state above and the object's pose from ``tracked_objects_topic``
+(real2sim2real_msgs/TrackedObjects from the object_tracker, subscribed only while a policy goal
+runs); no pose younger than ``observation_timeout`` -> OBSERVATION_UNAVAILABLE. Every
+trajectory the policy produces is validated against the measured position before it is sent
+(LIMIT_VIOLATION / WORKSPACE_VIOLATION: not sent, the arm holds); tracking, stop/disarm, cancel
+and the goal's ``max_duration`` (else ``policy_max_duration``; TIMEOUT) are supervised as for
+trajectories. slide_to_target: one observation -> one action -> approach + strike, then the
+outcome is observed after the task's settle time. push_to_pose: one observation -> action ->
+segment per control period until the task's success rule or its max_steps. task_success is
+the task's rule on the last tracked pose; ``duration`` and the feedback's ``elapsed`` count
+from the checkpoint being loaded. ``<run_dir>/execute_policy_<n>/`` holds the manifest (the
+episode's observations, actions, goal, tracking statistics) and, when recording,
+``episode`` (MCAP: joint states, every commanded trajectory, tracked objects).
 Exit code 2 with one line on stderr for unusable parameters (ConfigurationError).
 """
 from __future__ import annotations
@@ -39,7 +58,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from real2sim2real_msgs.action import ExecuteTrajectory
+from real2sim2real_msgs.action import ExecutePolicy, ExecuteTrajectory
+from real2sim2real_msgs.msg import TrackedObjects
 from real2sim2real_msgs.srv import GetStatus
 
 from .. import qos
@@ -54,12 +74,24 @@ from ..executor_backends import (
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
 from ..state_listener import StateListener
+from ..subscriptions import subscribed
 
 R = ExecuteTrajectory.Result
 ERROR_NAMES = {getattr(R, n): n for n in (
     'NONE', 'NOT_ARMED', 'INVALID_TRAJECTORY', 'JOINT_LIMIT_VIOLATION',
     'VELOCITY_LIMIT_VIOLATION', 'WORKSPACE_VIOLATION', 'TRACKING_ERROR', 'TIMEOUT', 'STOPPED',
     'CANCELED', 'BACKEND_UNAVAILABLE', 'BUSY')}
+P = ExecutePolicy.Result
+POLICY_ERROR_NAMES = {getattr(P, n): n for n in (
+    'NONE', 'NOT_ARMED', 'INVALID_CHECKPOINT', 'LIMIT_VIOLATION', 'WORKSPACE_VIOLATION',
+    'TRACKING_ERROR', 'TIMEOUT', 'STOPPED', 'CANCELED', 'OBSERVATION_UNAVAILABLE', 'BUSY')}
+# core/policy_execution error kinds -> ExecutePolicy codes (a goal that does not fit the
+# checkpoint's task has no code of its own: INVALID_CHECKPOINT, the message says which).
+POLICY_KIND_CODES = {
+    'INVALID_CHECKPOINT': P.INVALID_CHECKPOINT, 'INVALID_GOAL': P.INVALID_CHECKPOINT,
+    'LIMIT_VIOLATION': P.LIMIT_VIOLATION, 'WORKSPACE_VIOLATION': P.WORKSPACE_VIOLATION,
+    'OBSERVATION_UNAVAILABLE': P.OBSERVATION_UNAVAILABLE}
+TRACKED_OBJECTS_TYPE = 'real2sim2real_msgs/msg/TrackedObjects'
 FEEDBACK_PERIOD = 0.05      # s: ~20 Hz feedback and supervision
 MAX_EXTRAPOLATION = 0.1     # s: stop points are extrapolated from a state at most this old
 TRACKING_STAMP_WINDOW = 2.0  # s: older joint_states stamps are implausible (other clock)
@@ -86,6 +118,21 @@ class _Execution:
     worst_joint: str = ''
     samples: int = 0
     frozen: bool = False               # tracking statistics stop at the stop/abort command
+    poses: object = None               # policy goals: core.policy_execution.PoseBuffer
+    tracked_topic: str = ''
+
+
+@dataclass
+class _PolicyRun:
+    """Book-keeping of one execute_policy goal (for the result and the manifest)."""
+    episode: object = None             # core.policy_execution.PolicyEpisode
+    gate: object = None                # core.policy_execution.SafetyGate
+    t_start: float | None = None       # node clock: checkpoint loaded (episode clock zero)
+    deadline: float = math.inf         # node clock: max_duration
+    motions: list = field(default_factory=list)   # [label, t0, duration, points]
+    first_pose: object = None
+    final_pose: object = None
+    final_pose_note: str = ''
 
 
 class RobotExecutorNode(Node):
@@ -123,6 +170,11 @@ class RobotExecutorNode(Node):
         self.create_service(GetStatus, '~/get_status', self._on_status, callback_group=cb)
         self._action = ActionServer(
             self, ExecuteTrajectory, '~/execute_trajectory', self._execute,
+            goal_callback=lambda _goal: GoalResponse.ACCEPT,
+            cancel_callback=lambda _goal: CancelResponse.ACCEPT, callback_group=cb)
+        self._tracked_cb = MutuallyExclusiveCallbackGroup()
+        self._policy_action = ActionServer(
+            self, ExecutePolicy, '~/execute_policy', self._execute_policy,
             goal_callback=lambda _goal: GoalResponse.ACCEPT,
             cancel_callback=lambda _goal: CancelResponse.ACCEPT, callback_group=cb)
         self.get_logger().info(
@@ -192,6 +244,30 @@ class RobotExecutorNode(Node):
                                     'Record every execution (goals may also ask with record).')
             self.p_joint_states_topic = declare(self, 'joint_states_topic', 'joint_states',
                                                 'Joint state topic to monitor.', read_only=True)
+            self.p_tracked_topic = declare(
+                self, 'tracked_objects_topic', 'tracked_objects',
+                'execute_policy: object poses (real2sim2real_msgs/TrackedObjects, the '
+                'object_tracker); subscribed only while a policy goal runs.', read_only=True)
+            self.p_obs_timeout = declare(
+                self, 'observation_timeout', 1.0,
+                'execute_policy: an object pose measured longer ago than this (s) is no '
+                'observation; none fresh -> OBSERVATION_UNAVAILABLE.', lo=0.05, hi=30.0)
+            self.p_policy_max_duration = declare(
+                self, 'policy_max_duration', 60.0,
+                'execute_policy: seconds an episode may take when the goal gives no '
+                'max_duration (then TIMEOUT, holding the arm).', lo=0.1, hi=3600.0)
+            self.p_approach_height = declare(
+                self, 'approach_height', 0.10,
+                'execute_policy: tool height (m above the task\'s table) for moves between '
+                'poses: lift, traverse, descend straight down.', lo=0.0, hi=1.0)
+            self.p_approach_vel = declare(
+                self, 'approach_velocity_fraction', 0.3,
+                'execute_policy: fraction of the scaled joint velocity limits that approach '
+                'moves use (peak).', lo=0.01, hi=1.0)
+            self.p_approach_tip_speed = declare(
+                self, 'approach_tip_speed', 0.15,
+                'execute_policy: peak tool speed (m/s) on the straight approach legs.',
+                lo=0.01, hi=2.0)
         except Exception as exc:  # rclpy range errors, wrong types, bad choices
             raise ConfigurationError(f'robot_executor parameters: {exc}') from None
         try:
@@ -212,6 +288,10 @@ class RobotExecutorNode(Node):
         'velocity_limit_scale': 'p_vel_scale', 'workspace_check_step': 'p_ws_step',
         'state_timeout': 'p_state_timeout', 'run_dir': 'p_run_dir', 'record': 'p_record',
         'start_delay': 'p_start_delay',
+        'observation_timeout': 'p_obs_timeout', 'policy_max_duration': 'p_policy_max_duration',
+        'approach_height': 'p_approach_height',
+        'approach_velocity_fraction': 'p_approach_vel',
+        'approach_tip_speed': 'p_approach_tip_speed',
     }
 
     def _check_new_parameters(self, params):
@@ -564,6 +644,321 @@ class RobotExecutorNode(Node):
                     f'not within goal_tolerance {self.p_goal_tol} rad of the last point '
                     f'{margin:.2f} s after the trajectory ended (final error {final:.4f} rad)'))
 
+    # ------------------------------------------------------------------ policy execution
+
+    def _execute_policy(self, goal_handle):
+        result = P()
+        with self._lock:
+            if not self._armed:
+                return self._finish_policy(goal_handle, result, P.NOT_ARMED,
+                                           'executor is DISARMED: call ~/arm first')
+            if self._active is not None:
+                return self._finish_policy(goal_handle, result, P.BUSY,
+                                           'another goal is executing')
+            ex = _Execution(goal_id=bytes(goal_handle.goal_id.uuid).hex())
+            self._active = ex
+        run = _PolicyRun()
+        stage = None
+        try:
+            stage = self._new_policy_stage(goal_handle.request)
+            code, message = self._run_policy(goal_handle, ex, result, stage, run)
+        except _Abort as exc:
+            code, message = exc.code, exc.message
+        except Exception as exc:  # noqa: BLE001 - bad input must never kill the node
+            self.get_logger().error(f'policy execution failed unexpectedly: {exc!r}')
+            if ex.t0 is not None:
+                self._send_stop(ex)
+            code, message = P.STOPPED, f'internal error: {exc}; holding position'
+        finally:
+            with self._lock:
+                self._active = None
+        self._close_bag(ex, result)
+        result.steps = int(run.episode.steps) if run.episode is not None else 0
+        result.duration = float(self._now() - run.t_start) if run.t_start is not None else 0.0
+        if stage is not None:
+            self._write_policy_manifest(stage, ex, run, result, code, message)
+        return self._finish_policy(goal_handle, result, code, message)
+
+    def _finish_policy(self, goal_handle, result, code, message):
+        result.error_code = code
+        result.error_msg = message
+        if code == P.NONE:
+            goal_handle.succeed()
+        elif code == P.CANCELED and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        else:
+            goal_handle.abort()
+        text = (f'execute_policy: {POLICY_ERROR_NAMES.get(code, code)}'
+                + (f': {message}' if message else '')
+                + f' (task_success {result.task_success}, steps {result.steps}, '
+                  f'{result.duration:.2f} s)')
+        if code == P.NONE:
+            self.get_logger().info(text)
+        else:
+            self.get_logger().warning(text)
+        return result
+
+    def _policy_abort(self, ex: _Execution, kind_or_code, message: str, hold: bool = True):
+        """An _Abort for the policy goal; holds the arm first when something was sent."""
+        code = POLICY_KIND_CODES.get(kind_or_code, kind_or_code)
+        if hold and ex.t0 is not None:
+            self._send_stop(ex)
+            message += '; holding position'
+        return _Abort(code, message)
+
+    def _run_policy(self, goal_handle, ex: _Execution, result, stage, run: _PolicyRun):
+        import torch  # the policy runtime: imported on the first policy goal, not at start-up
+        torch.set_num_threads(1)
+        from ..core import policy_execution as pe
+        req = goal_handle.request
+        with self._lock:
+            robot, limits = self._robot, self._limits
+        if robot is None or limits is None:
+            raise _Abort(P.STOPPED, self._robot_error or 'no robot model')
+        try:
+            loaded = pe.load_policy(req.checkpoint_path, robot, req.task.strip())
+            run.gate = pe.SafetyGate(limits, lambda x: robot.fk(x), self._workspace,
+                                     self.p_vel_scale, self.p_start_tol, self.p_ws_step)
+            settings = pe.ExecutionSettings(
+                approach_height=self.p_approach_height,
+                approach_velocity_fraction=self.p_approach_vel,
+                approach_tip_speed=self.p_approach_tip_speed)
+            run.episode = episode = pe.make_episode(loaded, run.gate, list(req.task_goal),
+                                                    settings)
+        except pe.ExecutionError as exc:
+            raise self._policy_abort(ex, exc.kind, exc.message) from None
+        run.t_start = self._now()
+        max_duration = req.max_duration if math.isfinite(req.max_duration) and \
+            req.max_duration > 0 else self.p_policy_max_duration
+        run.deadline = run.t_start + max_duration
+        if stage is not None:
+            stage.inputs.update({'task_resolved': episode.task.name,
+                                 'object_id': episode.object_id,
+                                 'max_duration_used': max_duration,
+                                 'checkpoint_metadata': loaded.config.get('metadata', {})})
+        ex.tracked_topic = self.resolve_topic_name(self.p_tracked_topic)
+        ex.poses = pe.PoseBuffer(episode.object_id)
+        if stage is not None and (self.p_record or req.record):
+            self._open_bag(ex, stage, 'episode', [(ex.tracked_topic, TRACKED_OBJECTS_TYPE)])
+        elif req.record:
+            ex.bag_error = "recording needs the run_dir parameter (it is '')"
+        with subscribed(self, TrackedObjects, ex.tracked_topic, self._on_tracked_objects,
+                        qos.SENSOR_DATA, callback_group=self._tracked_cb):
+            q, why = self._current_state()
+            if q is None:
+                raise _Abort(P.OBSERVATION_UNAVAILABLE, why)
+            problem = self._backend.ready()
+            if problem:
+                raise _Abort(P.STOPPED, f'controller unavailable: {problem}')
+            run.first_pose = self._await_pose(goal_handle, ex, run)
+            q, why = self._current_state()
+            if q is None:
+                raise _Abort(P.OBSERVATION_UNAVAILABLE, why)
+            try:
+                motions = episode.start(q, run.first_pose)
+            except pe.ExecutionError as exc:
+                raise self._policy_abort(ex, exc.kind, exc.message) from None
+            for motion in motions:
+                self._policy_send(goal_handle, ex, run, motion)
+                self._policy_wait_motion(goal_handle, ex, run, motion.label, motion.settle,
+                                         motion.wait_at_goal)
+            if not episode.one_shot:
+                self._policy_loop(goal_handle, ex, run)
+            # The outcome: a pose measured after the last motion (and its settle time) ended.
+            last = run.motions[-1] if run.motions else None
+            after = last[1] + last[2] + last[3] if last else -math.inf
+            try:
+                run.final_pose = self._await_pose(goal_handle, ex, run, after=after, hold=False)
+            except _Abort as exc:
+                if exc.code != P.OBSERVATION_UNAVAILABLE:
+                    raise               # stop, cancel, max_duration... while waiting for it
+                run.final_pose = ex.poses.pose
+                run.final_pose_note = exc.message
+                raise _Abort(P.OBSERVATION_UNAVAILABLE,
+                             f'the episode ran, but its outcome was not observed: {exc.message}'
+                             ) from None
+        result.task_success = bool(episode.success(run.final_pose))
+        return P.NONE, ''
+
+    def _policy_loop(self, goal_handle, ex: _Execution, run: _PolicyRun):
+        """Closed loop: observation -> action -> segment, once per control period."""
+        from ..core import policy_execution as pe
+        episode = run.episode
+        next_tick = self._now()
+        while True:
+            pose = ex.poses.fresh(self._now(), self.p_obs_timeout)
+            if pose is None:
+                pose = self._await_pose(goal_handle, ex, run)
+            try:
+                motion = episode.step(pose)
+            except pe.ExecutionError as exc:
+                raise self._policy_abort(ex, exc.kind, exc.message) from None
+            if motion is None:
+                break
+            self._policy_send(goal_handle, ex, run, motion)
+            next_tick = max(next_tick + episode.period, self._now())
+            self._policy_watch(goal_handle, ex, run, lambda now, t=next_tick: now >= t,
+                               next_tick)
+        if run.motions:   # the last segment: reach its point
+            self._policy_wait_motion(goal_handle, ex, run, run.motions[-1][0])
+
+    def _policy_send(self, goal_handle, ex: _Execution, run: _PolicyRun, motion):
+        """Validate ``motion`` against the measured position and send it (JTC replaces what
+        runs from the new start time on)."""
+        from ..core import policy_execution as pe
+        q, why = self._current_state()
+        if q is None:
+            raise self._policy_abort(ex, P.OBSERVATION_UNAVAILABLE, why)
+        try:
+            validated = run.gate.validate(motion.trajectory, q, motion.label)
+        except pe.ExecutionError as exc:
+            raise self._policy_abort(ex, exc.kind, exc.message) from None
+        delay = self.p_start_delay
+        with self._lock:
+            if ex.stop_reason:
+                raise _Abort(P.STOPPED, ex.stop_reason)
+            if not self._armed:
+                raise self._policy_abort(
+                    ex, P.NOT_ARMED if ex.t0 is None else P.STOPPED,
+                    'executor was disarmed during the episode' if ex.t0 is not None else
+                    'executor was disarmed before the motion started')
+            if ex.monitor is None:
+                ex.monitor = es.TrackingMonitor(validated.reference, self.p_max_err,
+                                                self.p_goal_tol, validated.command.joint_names)
+            else:   # one monitor for the episode: statistics over every motion
+                ex.monitor.reference = validated.reference
+            sent = self._now()
+            if ex.t0 is None:
+                ex.last_state_time = sent
+            ex.t0 = sent + delay
+            run.motions.append([motion.label, ex.t0, validated.reference.duration,
+                                motion.settle])
+        msg = trajectory_to_msg(validated.command, start_time=ex.t0 if delay > 0 else None)
+        try:
+            self._backend.send(msg)
+        except BackendError as exc:
+            raise self._policy_abort(ex, P.STOPPED, f'controller unavailable: {exc}') from None
+        if ex.bag is not None:
+            self._record(ex, self._backend.record_topic, msg, sent)
+
+    def _policy_wait_motion(self, goal_handle, ex: _Execution, run: _PolicyRun, label: str,
+                            settle: float = 0.0, wait_at_goal: bool = True):
+        """Supervise until the last motion sent has ended, the arm is at its last point (when
+        asked) and ``settle`` s have passed; TIMEOUT when the point is not reached in time."""
+        _label, t0, dur, _ = run.motions[-1]
+        margin = self.p_margin
+
+        def done(now):
+            t = now - t0
+            with self._lock:
+                at_goal = ex.monitor.at_goal()
+            if t >= dur + settle and (at_goal or not wait_at_goal):
+                return True
+            if t >= dur + settle + margin:
+                with self._lock:
+                    final = ex.monitor.summary().final_error
+                raise self._policy_abort(ex, P.TIMEOUT, (
+                    f'{label}: not within goal_tolerance {self.p_goal_tol} rad of the '
+                    f'last point {margin:.2f} s after it ended (final error {final:.4f} rad)'))
+            return False
+        self._policy_watch(goal_handle, ex, run, done)
+
+    def _await_pose(self, goal_handle, ex: _Execution, run: _PolicyRun,
+                    after: float = -math.inf, hold: bool = True):
+        """A pose of the episode's object measured within observation_timeout (and not before
+        ``after``), waiting up to observation_timeout for one; OBSERVATION_UNAVAILABLE."""
+        timeout = self.p_obs_timeout
+        deadline = self._now() + timeout
+        got = []
+
+        def ready(now):
+            with self._lock:
+                pose = ex.poses.fresh(now, timeout, after)
+            if pose is not None:
+                got.append(pose)
+                return True
+            return now >= deadline
+        self._policy_watch(goal_handle, ex, run, ready, deadline)
+        if not got:
+            with self._lock:
+                why = ex.poses.describe_missing(ex.tracked_topic, timeout)
+            if after > -math.inf and ex.poses.pose is not None:
+                why += f' (want one measured after {after:.3f}, the end of the last motion)'
+            raise self._policy_abort(ex, P.OBSERVATION_UNAVAILABLE, why, hold=hold)
+        return got[0]
+
+    def _policy_watch(self, goal_handle, ex: _Execution, run: _PolicyRun, until,
+                      wake_at: float | None = None):
+        """Supervise (stop, cancel, controller, tracking, stale states, max_duration) and
+        publish feedback at FEEDBACK_PERIOD until ``until(now)`` is true."""
+        feedback = ExecutePolicy.Feedback()
+        tick = time.monotonic()
+        while True:
+            tick = max(tick + FEEDBACK_PERIOD, time.monotonic() - FEEDBACK_PERIOD)
+            wait = tick - time.monotonic()
+            if wake_at is not None:
+                wait = min(wait, wake_at - self._now())
+            ex.wake.wait(max(0.0, wait))
+            ex.wake.clear()
+            if not rclpy.ok():
+                raise _Abort(P.STOPPED, 'node shutting down')
+            now = self._now()
+            with self._lock:
+                sample = ex.monitor.last if ex.monitor is not None else None
+                moving = ex.t0 is not None
+                stale = moving and now - ex.last_state_time > self.p_state_timeout
+                stop_reason = ex.stop_reason
+            if stop_reason:
+                raise _Abort(P.STOPPED, stop_reason)   # _stop already sent the stop ramp
+            if goal_handle.is_cancel_requested:
+                raise self._policy_abort(ex, P.CANCELED, f'canceled after '
+                                         f'{now - run.t_start:.2f} s')
+            failure = self._backend.failure() if moving else None
+            if failure:
+                raise self._policy_abort(ex, P.STOPPED, f'controller failure: {failure}')
+            if sample is not None and sample.exceeded:
+                j = int(np.argmax(sample.error))
+                raise self._policy_abort(ex, P.TRACKING_ERROR, (
+                    f'tracking error {sample.max_error:.4f} rad on joint '
+                    f'{ex.monitor.joint_names[j]!r} exceeds max_tracking_error '
+                    f'{self.p_max_err} rad'))
+            if stale:
+                raise self._policy_abort(ex, P.OBSERVATION_UNAVAILABLE, (
+                    f'joint_states stopped arriving for {now - ex.last_state_time:.2f} s '
+                    f'during the episode'))
+            if now > run.deadline:
+                raise self._policy_abort(ex, P.TIMEOUT, (
+                    f'episode ran past max_duration {run.deadline - run.t_start:.1f} s'))
+            feedback.step = int(run.episode.steps)
+            feedback.elapsed = float(now - run.t_start)
+            goal_handle.publish_feedback(feedback)
+            if until(now):
+                return
+
+    def _on_tracked_objects(self, msg: TrackedObjects):
+        from ..core.policy_execution import ExecutionError, ObjectPose
+        now = self._now()
+        ex = self._active
+        if ex is None or ex.poses is None:
+            return
+        if ex.bag is not None:
+            self._record(ex, ex.tracked_topic, msg, now)
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        # The measurement time: the stamp when it is plausible on our clock (see joint states).
+        t = stamp if -MAX_EXTRAPOLATION <= now - stamp <= TRACKING_STAMP_WINDOW else now
+        poses = []
+        for p in msg.poses:
+            o = p.orientation
+            try:
+                poses.append(ObjectPose.from_xyz_quat(
+                    (p.position.x, p.position.y, p.position.z), (o.w, o.x, o.y, o.z), t))
+            except ExecutionError:
+                poses.append(None)
+        with self._lock:
+            found = ex.poses.add(list(msg.ids)[:len(poses)], poses, t, now)
+        if found:
+            ex.wake.set()
+
     # ------------------------------------------------------------------ artifacts
 
     def _new_stage(self, request):
@@ -599,12 +994,92 @@ class RobotExecutorNode(Node):
         })
         return stage
 
-    def _open_bag(self, ex: _Execution, stage):
+    def _new_policy_stage(self, request):
+        if not self.p_run_dir:
+            return None
+        from ..core.artifacts import RunDirectory
+        with self._lock:
+            limits = self._limits
+            self._executions += 1
+        return RunDirectory(self.p_run_dir).new_stage('execute_policy', inputs={
+            'checkpoint_path': str(request.checkpoint_path),
+            'task': str(request.task),
+            'task_goal': [float(v) for v in request.task_goal],
+            'max_duration': float(request.max_duration),
+            'record': bool(request.record),
+        }, parameters={
+            'backend': self._backend.name,
+            'controller_name': self.p_controller,
+            'limits': limits.as_dict() if limits is not None else None,
+            'velocity_limit_scale': self.p_vel_scale,
+            'workspace_min': self._workspace.minimum.tolist(),
+            'workspace_max': self._workspace.maximum.tolist(),
+            'tip_link': self._robot.tip_link if self._robot is not None else '',
+            'max_tracking_error': self.p_max_err,
+            'goal_tolerance': self.p_goal_tol,
+            'start_tolerance': self.p_start_tol,
+            'goal_timeout_margin': self.p_margin,
+            'stop_decel_time': self.p_decel,
+            'control_period': self.p_period,
+            'start_delay': self.p_start_delay,
+            'tracked_objects_topic': self.resolve_topic_name(self.p_tracked_topic),
+            'observation_timeout': self.p_obs_timeout,
+            'policy_max_duration': self.p_policy_max_duration,
+            'approach_height': self.p_approach_height,
+            'approach_velocity_fraction': self.p_approach_vel,
+            'approach_tip_speed': self.p_approach_tip_speed,
+        })
+
+    def _write_policy_manifest(self, stage, ex: _Execution, run: _PolicyRun, result, code,
+                               message):
+        def pose_dict(p):
+            return None if p is None else {'xyz': [float(v) for v in p.position],
+                                           'quat_wxyz': [float(v) for v in p.quat],
+                                           'yaw': p.yaw, 'stamp': p.stamp}
+        tracking = {}
+        if ex.monitor is not None:
+            s = ex.monitor.summary()
+            tracking = {'max_tracking_error': s.max_error, 'rms_tracking_error': s.rms_error,
+                        'final_error': s.final_error if math.isfinite(s.final_error) else None,
+                        'worst_joint': s.worst_joint, 'tracking_samples': s.samples}
+        episode = run.episode.summary() if run.episode is not None else {}
+        final_error = None
+        if run.episode is not None and run.final_pose is not None and \
+                getattr(run.episode, 'goal_xy', None) is not None:
+            final_error = run.episode.error(run.final_pose)
+        poses = ex.poses
+        stage.results = {
+            'error_code': int(code), 'error_name': POLICY_ERROR_NAMES.get(code, str(code)),
+            'error_msg': message, 'task_success': bool(result.task_success),
+            'steps': int(result.steps), 'duration': float(result.duration),
+            'bag_path': result.bag_path, 'recording_problem': ex.bag_error,
+            'episode': episode, 'final_goal_error': final_error,
+            'first_object_pose': pose_dict(run.first_pose),
+            'final_object_pose': pose_dict(run.final_pose),
+            'final_pose_note': run.final_pose_note,
+            'motions': [{'label': m[0], 'start': m[1], 'duration': m[2], 'settle': m[3]}
+                        for m in run.motions],
+            'tracked_messages': poses.messages if poses is not None else 0,
+            'tracked_ids_seen': sorted(poses.ids_seen) if poses is not None else [],
+            **tracking,
+        }
+        if result.bag_path:
+            stage.add_output('bag', result.bag_path)
+            for i, f in enumerate(sorted(Path(result.bag_path).glob('*.mcap'))):
+                stage.add_output(f'bag_file_{i}', f)
+        try:
+            stage.finish()
+        except (OSError, TypeError, ValueError) as exc:
+            self.get_logger().error(f'writing {stage.folder}/manifest.json failed: {exc}')
+
+    def _open_bag(self, ex: _Execution, stage, name: str = 'trajectory', extra_topics=()):
         from ..core.bag_io import BagWriter
         try:
-            bag = BagWriter(stage.folder / 'trajectory').open()
+            bag = BagWriter(stage.folder / name).open()
             bag.add_topic(self._backend.record_topic, self._backend.record_type)
             bag.add_topic(self._joint_states_topic(), 'sensor_msgs/msg/JointState')
+            for topic, msgtype in extra_topics:
+                bag.add_topic(topic, msgtype)
         except Exception as exc:  # noqa: BLE001 - a broken recorder must not stop the motion
             ex.bag_error = f'recording disabled: {exc}'
             self.get_logger().error(ex.bag_error)
@@ -668,9 +1143,10 @@ class RobotExecutorNode(Node):
             self._stop('node shutting down')
             time.sleep(self.p_period)
         self._state_listener.close()
-        # Destroy the action server before the node so its goal-expiry timer cannot fire on a
-        # half-destroyed server.
+        # Destroy the action servers before the node so their goal-expiry timers cannot fire
+        # on a half-destroyed server.
         self._action.destroy()
+        self._policy_action.destroy()
 
 
 def _make_node():

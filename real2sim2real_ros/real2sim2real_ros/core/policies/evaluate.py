@@ -26,15 +26,19 @@ class EvaluationResult:
                 'mean_error': self.mean_error, 'errors': [float(e) for e in self.errors]}
 
 
-def evaluate(task, world, policy, n_trials: int = 20, seed: int = 0) -> EvaluationResult:
-    """Run ``n_trials`` episodes of ``policy`` (observation -> action) on ``world``."""
+def evaluate(task, world, policy, n_trials: int = 20, seed: int = 0,
+             progress=None) -> EvaluationResult:
+    """Run ``n_trials`` episodes of ``policy`` (observation -> action) on ``world``.
+    ``progress(fraction, success rate so far)`` after each trial (it may raise to stop)."""
     if n_trials < 1:
         raise ValueError(f'n_trials must be >= 1, got {n_trials}')
     rng = np.random.default_rng(seed)
     ok, errors = 0, []
-    for _ in range(n_trials):
+    for i in range(n_trials):
         result = task.run_episode(world, task.sample_reset(rng), policy)
         ok += int(result.success)
         errors.append(result.final_error)
+        if progress is not None:
+            progress((i + 1) / n_trials, ok / (i + 1))
     return EvaluationResult(task.name, getattr(world, 'kind', type(world).__name__), n_trials,
                             ok, ok / n_trials, float(np.mean(errors)), errors)

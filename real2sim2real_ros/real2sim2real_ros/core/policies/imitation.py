@@ -53,17 +53,20 @@ def replay_demos(task, world, episodes, keep_failures: bool = False) -> DemoSet:
 
 
 def collect_scripted_demos(task, world, n_episodes: int, seed: int = 0,
-                           hindsight: bool = False) -> DemoSet:
+                           hindsight: bool = False, progress=None) -> DemoSet:
     """Run the task's scripted demonstrator ``n_episodes`` times on ``world``; keep successes.
 
     hindsight=True (one-shot tasks with ``hindsight_relabel``): a miss is kept too, relabelled
     with the goal it did reach (exact in a deterministic twin; more data per rollout).
+    ``progress(fraction)`` is called before each episode (it may raise to stop).
     """
     if hindsight and not hasattr(task, 'hindsight_relabel'):
         raise ValueError(f'{task.name} has no hindsight_relabel; use hindsight=False')
     rng = np.random.default_rng(seed)
     obs, act, kept = [], [], 0
-    for _ in range(n_episodes):
+    for k in range(n_episodes):
+        if progress is not None:
+            progress(k / n_episodes)
         reset = task.sample_reset(rng)
         result = task.run_episode(world, reset, task.scripted_demo_policy(reset, rng))
         if result.success and not hindsight:
@@ -87,8 +90,9 @@ def _demo_set(task, obs, act, tried, kept) -> DemoSet:
 
 
 def behaviour_cloning(policy: MLPPolicy, demos: DemoSet, epochs: int = 300, lr: float = 3e-3,
-                      seed: int = 0, fit_normalisation: bool = True) -> dict:
-    """Fit the policy's mean action to the demos (MSE in units of the action range)."""
+                      seed: int = 0, fit_normalisation: bool = True, progress=None) -> dict:
+    """Fit the policy's mean action to the demos (MSE in units of the action range).
+    ``progress(fraction)`` is called before each epoch (it may raise to stop)."""
     if len(demos.observations) == 0:
         raise ValueError('behaviour cloning needs at least one kept demonstration; '
                          f'0 of {demos.episodes_tried} episodes succeeded in the twin')
@@ -101,7 +105,9 @@ def behaviour_cloning(policy: MLPPolicy, demos: DemoSet, epochs: int = 300, lr: 
     opt = torch.optim.Adam(policy.net.parameters(), lr=lr)
     policy.train()
     loss = torch.tensor(0.0)
-    for _ in range(epochs):
+    for e in range(epochs):
+        if progress is not None:
+            progress(e / epochs)
         opt.zero_grad()
         loss = (((policy.squash(policy(x)) - y) / span) ** 2).mean()
         loss.backward()
@@ -112,11 +118,12 @@ def behaviour_cloning(policy: MLPPolicy, demos: DemoSet, epochs: int = 300, lr: 
 
 def hindsight_self_imitation(policy: MLPPolicy, task, twin, demos: DemoSet, rounds: int = 3,
                              episodes: int = 40, randomization=None, seed: int = 0,
-                             epochs: int = 500) -> DemoSet:
+                             epochs: int = 500, progress=None) -> DemoSet:
     """Goal-relabelled self-imitation (GCSL-style) for one-shot tasks: run the policy with its
     exploration noise in the twin (one randomised parameter draw per episode), relabel every
     strike with the goal it reached, add it to the demos and refit. Widens the demos'
-    coverage where the demonstrator never went (e.g. long slides on a grippy table)."""
+    coverage where the demonstrator never went (e.g. long slides on a grippy table).
+    ``progress(fraction)`` is called before each episode (it may raise to stop)."""
     from ..tasks.worlds import TwinWorld, applied_parameters
     if not hasattr(task, 'hindsight_relabel'):
         raise ValueError(f'{task.name} has no hindsight_relabel')
@@ -124,8 +131,10 @@ def hindsight_self_imitation(policy: MLPPolicy, task, twin, demos: DemoSet, roun
     obs, act = list(demos.observations), list(demos.actions)
     tried, kept = demos.episodes_tried, demos.episodes_kept
     world = TwinWorld(twin, task.object_id)
-    for _ in range(rounds):
-        for _ in range(episodes):
+    for r in range(rounds):
+        for k in range(episodes):
+            if progress is not None:
+                progress((r * episodes + k) / (rounds * episodes))
             reset = task.sample_reset(rng)
             params = randomization.sample(rng) if randomization is not None else {}
             with applied_parameters(twin, params):

@@ -8,6 +8,7 @@ core/policies/policy.py alone.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,40 +56,108 @@ class TrainResult:
     cpu_seconds: float
 
 
+class TrainingCanceled(Exception):
+    """Raised out of :func:`train_policy` when its progress callback returns False (a
+    callback may also raise it itself)."""
+
+
+class NoDemonstrationsError(ValueError):
+    """No demonstration survived its replay in the twin: there is nothing to imitate."""
+
+
+# Relative cost of the units of work, for one progress fraction over the run (measured on the
+# cell arm, 2 cores, loaded): a one-shot episode stepped in Python 45-90 ms, one batched
+# rollout (PPO) ~15-30 ms, a BC epoch 1-5 ms; a closed-loop episode is tens of control ticks.
+_COST = {'episode': 1.0, 'closed_loop_episode': 20.0, 'rollout': 0.35, 'epoch': 0.05}
+
+
+class _Progress:
+    """Maps each stage's own 0..1 onto one monotonic 0..1 over the run and calls
+    ``callback(stage, fraction, twin_success)``; False from it raises TrainingCanceled.
+    twin_success: the latest success rate in the twin (NaN before the first evaluation)."""
+
+    def __init__(self, callback, plan):
+        self.callback = callback
+        total = sum(w for _, w in plan) or 1.0
+        self.spans, start = [], 0.0
+        for stage, weight in plan:
+            self.spans.append((stage, start / total, weight / total))
+            start += weight
+        self.last, self.success = 0.0, math.nan
+
+    def stage(self, index: int):
+        name, start, width = self.spans[index]
+
+        def report(fraction, success=None):
+            if success is not None:
+                self.success = float(success)
+            self.last = max(self.last, min(1.0, start + width * min(max(fraction, 0.0), 1.0)))
+            if self.callback is not None and \
+                    self.callback(name, self.last, self.success) is False:
+                raise TrainingCanceled(f'canceled during {name}')
+        return report
+
+
 def train_policy(task, twin, parameters: ParameterSet | None = None,
-                 config: TrainConfig | None = None, checkpoint_dir=None) -> TrainResult:
+                 config: TrainConfig | None = None, checkpoint_dir=None,
+                 progress=None) -> TrainResult:
     """Train ``task`` in ``twin`` (already set to the identified values); randomise around
-    ``parameters``' 95% intervals during RL; write a checkpoint when ``checkpoint_dir``."""
+    ``parameters``' 95% intervals during RL; write a checkpoint when ``checkpoint_dir``.
+
+    ``progress(stage, fraction, twin_success)``: stage one of demos, imitation,
+    self_imitation, evaluate, ppo; fraction 0..1 over the whole run, monotonic; called often
+    (per episode / epoch). Returning False (or raising TrainingCanceled) stops training with
+    TrainingCanceled. NoDemonstrationsError when no demonstration succeeds in the twin."""
     cfg = config or TrainConfig()
     t0 = time.process_time()
     torch.manual_seed(cfg.seed)
     world = TwinWorld(twin, task.object_id)
     one_shot = getattr(task, 'one_shot', False)
+    episode = _COST['episode' if one_shot else 'closed_loop_episode']
+    do_si = one_shot and cfg.hindsight and cfg.self_imitation_rounds > 0
+    do_ppo = one_shot and cfg.ppo.iterations > 0
+    report = _Progress(progress, [
+        ('demos', cfg.demos * episode), ('imitation', cfg.bc_epochs * _COST['epoch']),
+        ('self_imitation', do_si * cfg.self_imitation_rounds * (
+            cfg.self_imitation_episodes * episode + cfg.bc_epochs // 2 * _COST['epoch'])),
+        ('evaluate', cfg.eval_trials * episode),
+        ('ppo', do_ppo * cfg.ppo.iterations * cfg.ppo.batch_size * _COST['rollout']),
+        ('evaluate', do_ppo * cfg.eval_trials * episode)])
     demos = collect_scripted_demos(task, world, cfg.demos, seed=cfg.seed + 1,
-                                   hindsight=cfg.hindsight and one_shot)
+                                   hindsight=cfg.hindsight and one_shot,
+                                   progress=report.stage(0))
+    if len(demos.observations) == 0:
+        raise NoDemonstrationsError(
+            f'no demonstration to imitate: 0 of {demos.episodes_tried} scripted '
+            f'demonstrations of {task.name} succeeded in the twin')
     policy = MLPPolicy(task.observation_dim, task.action_low, task.action_high, cfg.hidden,
                        init_log_std=cfg.init_log_std)
-    bc = behaviour_cloning(policy, demos, epochs=cfg.bc_epochs, seed=cfg.seed)
+    bc = behaviour_cloning(policy, demos, epochs=cfg.bc_epochs, seed=cfg.seed,
+                           progress=report.stage(1))
     dr = DomainRandomization(parameters, cfg.randomization_widen,
                              cfg.randomization_min_relative)
     if one_shot and cfg.hindsight and cfg.self_imitation_rounds > 0:
         demos = hindsight_self_imitation(policy, task, twin, demos, cfg.self_imitation_rounds,
                                          cfg.self_imitation_episodes, dr, cfg.seed,
-                                         cfg.bc_epochs // 2)
+                                         cfg.bc_epochs // 2, progress=report.stage(2))
     eval_seed = cfg.seed + 1000
-    eval_bc = evaluate(task, world, policy.as_function(), cfg.eval_trials, eval_seed)
+    eval_bc = evaluate(task, world, policy.as_function(), cfg.eval_trials, eval_seed,
+                       progress=report.stage(3))
     per_iter: list = []
     if one_shot and cfg.ppo.iterations > 0:
         before = copy.deepcopy(policy.state_dict())
         ppo_cfg = PPOConfig(**{**asdict(cfg.ppo), 'seed': cfg.seed})
-        per_iter = train_bandit_ppo(policy, task, twin, dr, ppo_cfg).success_rate
-        eval_final = evaluate(task, world, policy.as_function(), cfg.eval_trials, eval_seed)
+        per_iter = train_bandit_ppo(policy, task, twin, dr, ppo_cfg,
+                                    progress=report.stage(4)).success_rate
+        eval_final = evaluate(task, world, policy.as_function(), cfg.eval_trials, eval_seed,
+                              progress=report.stage(5))
         if eval_final.mean_error > eval_bc.mean_error:
             # Model selection in the twin: PPO made it worse, keep the imitation policy.
             policy.load_state_dict(before)
             eval_final = eval_bc
     else:
         eval_final = eval_bc
+    report.stage(5)(1.0, eval_final.success_rate)
     path = None
     if checkpoint_dir is not None:
         meta = {'demos_tried': demos.episodes_tried, 'demos_kept': demos.episodes_kept,

@@ -55,8 +55,10 @@ def episode_outcome(task, twin, reset, action, params: dict) -> tuple[float, boo
 
 
 def train_bandit_ppo(policy: MLPPolicy, task, twin, randomization: DomainRandomization | None,
-                     config: PPOConfig | None = None) -> PPOHistory:
-    """Fine-tune ``policy`` on a one-shot ``task`` in ``twin`` (see the module docstring)."""
+                     config: PPOConfig | None = None, progress=None) -> PPOHistory:
+    """Fine-tune ``policy`` on a one-shot ``task`` in ``twin`` (see the module docstring).
+    ``progress(fraction[, batch success rate])`` is called before each episode and after each
+    batch (it may raise to stop)."""
     cfg = config or PPOConfig()
     if not getattr(task, 'one_shot', False):
         raise ValueError(f'{task.name} is closed-loop; train_bandit_ppo handles one-shot tasks')
@@ -66,9 +68,11 @@ def train_bandit_ppo(policy: MLPPolicy, task, twin, randomization: DomainRandomi
     opt_pi = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     opt_v = torch.optim.Adam(value.parameters(), lr=cfg.value_lr)
     hist = PPOHistory()
-    for _ in range(cfg.iterations):
+    for it in range(cfg.iterations):
         obs, z, rewards, wins = [], [], [], []
-        for _ in range(cfg.batch_size):
+        for k in range(cfg.batch_size):
+            if progress is not None:
+                progress((it * cfg.batch_size + k) / (cfg.iterations * cfg.batch_size))
             reset = task.sample_reset(rng)
             o = task.observation(task.initial_state(reset))
             with torch.no_grad():
@@ -84,6 +88,8 @@ def train_bandit_ppo(policy: MLPPolicy, task, twin, randomization: DomainRandomi
         hist.episodes += cfg.batch_size
         hist.mean_reward.append(float(np.mean(rewards)))
         hist.success_rate.append(float(np.mean(wins)))
+        if progress is not None:
+            progress((it + 1) / cfg.iterations, hist.success_rate[-1])
         x = torch.as_tensor(np.array(obs), dtype=torch.float32)
         zt = torch.as_tensor(np.array(z), dtype=torch.float32)
         r = torch.as_tensor(rewards, dtype=torch.float32)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..robot_description import RobotDescription
 
-READY_POSE = (0.0, -1.5607, 1.7113, 1.4203, 0.0, 0.0)   # tip at (0.40, 0, 0.20), tool down
+READY_POSE = (0.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0)   # tip at (0.40, 0, 0.20), tool down
 
 
 class IKError(ValueError):

@@ -47,8 +47,8 @@ class PushConfig:
     control_rate: float = 10.0           # Hz
     max_steps: int = 60
     max_speed: float = 0.12              # m/s per axis
-    push_height: float = 0.015           # m, tool end face above the table
-    tool_radius: float = 0.02
+    push_height: float = 0.008           # m, the pusher ball's lowest point above the table
+    tool_radius: float = 0.015           # m, the cell arm's ball-ended pusher
     kick_speed: float = 0.15             # m/s, the disturbance's planar velocity
     kick_probability: float = 1.0        # chance of one kick per episode
     workspace: tuple[float, float, float, float] = (0.28, 0.85, -0.35, 0.35)  # x/y limits

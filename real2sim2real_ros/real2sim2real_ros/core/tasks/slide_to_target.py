@@ -1,12 +1,14 @@
 """slide_to_target: strike a box once so that it slides and stops inside a target circle.
 
-The strike: the tool (pointing down, its flat end 12 mm above the table) waits behind the
-box on the line from the box to the target, accelerates over ``approach_gap`` to the commanded
-speed, meets the box, pushes ``push_through`` further at that speed and then brakes harder
-than friction can decelerate the box, so the box leaves the tool at about the strike speed
-and slides ``~ v^2 / (2 mu g)``. The speed that lands it on the target therefore depends on
-the sliding friction (and, through the impact and the servo's give, on the mass and the
-arm's gains and latency): a policy tuned in a twin with the wrong friction misses.
+The strike is a push-and-release, as on a shuffleboard: the tool (pointing down, its ball end
+5 mm above the table) creeps into contact behind the box on the line from the box to the
+target, accelerates WITH the box over ``push_length`` to the commanded speed and then brakes
+harder than friction can decelerate the box, so the box leaves the tool at the strike speed
+and slides ``~ v^2 / (2 mu g)``. Touching at creep speed instead of hitting keeps the launch
+repeatable (a 1 m/s impact on a rounded, off-centre box scattered the launch speed by +-30%).
+The speed that lands the box on the target therefore depends on the sliding friction (and,
+through the servo's give while pushing, on the mass and the arm's gains and latency): a
+policy tuned in a twin with the wrong friction misses.
 
 Action: [strike speed (m/s), direction offset (rad) from the box-to-target line].
 Observation: [distance box->target (m), heading of the target (rad), box yaw relative to
@@ -43,13 +45,19 @@ class SlideConfig:
     yaw_jitter: float = 0.15             # rad, box yaw about the strike heading
     distance_range: tuple[float, float] = (0.10, 0.18)   # m, box -> target
     heading_range: tuple[float, float] = (-0.35, 0.35)   # rad, target direction about +x
-    success_radius: float = 0.05         # m
+    success_radius: float = 0.03         # m
     speed_range: tuple[float, float] = (0.2, 1.8)        # m/s
     direction_offset_max: float = 0.15   # rad
-    tool_radius: float = 0.02            # m, the cell arm's cylindrical tool
-    strike_height: float = 0.012         # m, tool end face above the table
-    approach_gap: float = 0.05           # m of acceleration before contact
-    push_through: float = 0.02           # m pushed at constant speed
+    tool_radius: float = 0.015           # m, the cell arm's ball-ended pusher
+    strike_height: float = 0.005         # m, the ball's lowest point above the table (it
+    #                                      touches the box 20 mm up, below its centre of mass)
+    approach_gap: float = 0.01           # m crept at creep_speed into contact
+    creep_speed: float = 0.05            # m/s
+    push_length: float = 0.03            # m accelerated with the box to the strike speed
+    #                                      (short: the free slide, which friction decides,
+    #                                      is most of the distance)
+    cruise_time: float = 0.02            # s at the strike speed before the stop (a clean release)
+    approach_height: float = 0.08        # m: the arm comes down onto q_start from this high
     stop_decel: float = 25.0             # m/s^2, well above mu g for any plausible mu
     settle_time: float = 1.2             # s after the tool stops, for the box to stop
     waypoint_dt: float = 0.01            # s between trajectory points
@@ -137,25 +145,35 @@ class SlideToTarget:
         rel = theta - reset.object_yaw
         contact = abs(hx * np.cos(rel)) + abs(hy * np.sin(rel)) + c.tool_radius
         start = reset.object_xy - u * (contact + c.approach_gap)
-        # s(t): constant acceleration to `speed` over the gap, cruise, then a hard stop.
-        t_acc = 2 * c.approach_gap / speed
-        t_cruise = c.push_through / speed
+        # s(t): creep into contact, constant acceleration with the box up to `speed`, a short
+        # cruise, then a hard stop that releases it.
+        v0 = min(c.creep_speed, speed)
+        t_creep = c.approach_gap / v0
+        a_push = (speed ** 2 - v0 ** 2) / (2 * c.push_length)
+        t_push = (speed - v0) / a_push if a_push > 0 else c.push_length / speed
+        t_cruise = c.cruise_time
         t_dec = speed / c.stop_decel
-        t_end = t_acc + t_cruise + t_dec
+        t_end = t_creep + t_push + t_cruise + t_dec
         t = np.arange(1, int(np.ceil(t_end / c.waypoint_dt)) + 1) * c.waypoint_dt
         t = np.append(t[t < t_end - 1e-6], t_end)
-        a_acc = speed / t_acc
-        s = np.where(t <= t_acc, 0.5 * a_acc * t ** 2,
-                     np.where(t <= t_acc + t_cruise, c.approach_gap + speed * (t - t_acc),
-                              c.approach_gap + c.push_through + speed * (t - t_acc - t_cruise)
-                              - 0.5 * c.stop_decel * (t - t_acc - t_cruise) ** 2))
+        tp = t - t_creep
+        tc = tp - t_push
+        td = tc - t_cruise
+        s_push = c.approach_gap + c.push_length
+        s = np.where(t <= t_creep, v0 * t,
+                     np.where(tc <= 0, c.approach_gap + v0 * tp + 0.5 * a_push * tp ** 2,
+                              np.where(td <= 0, s_push + speed * tc,
+                                       s_push + speed * (t_cruise + td)
+                                       - 0.5 * c.stop_decel * td ** 2)))
         z = c.table_height + c.strike_height
         tip = np.column_stack([start + np.outer(s, u), np.full(len(t), z)])
         q_start = self.ik.solve([*start, z])
+        q_above = self.ik.solve([*start, z + c.approach_height], q_start)
         q = self.ik.solve_path(tip, q_start)
         qd = np.gradient(np.vstack([q_start, q]), np.concatenate([[0.0], t]), axis=0)[1:]
         qd[-1] = 0.0
-        return {'q_start': q_start, 'times': t, 'positions': q, 'velocities': qd,
+        return {'q_start': q_start, 'q_above': q_above, 'times': t, 'positions': q,
+                'velocities': qd,
                 'duration': float(t_end + c.settle_time), 'strike_heading': theta}
 
     def _outcome(self, reset: ResetSample, xyz, quat) -> dict:
@@ -169,7 +187,8 @@ class SlideToTarget:
         obs = self.observation(self.initial_state(reset))
         action = check_action(self, policy(obs))
         plan = self.plan(reset, action)
-        world.reset(plan['q_start'], [*reset.object_xy, self.object_z], reset.object_yaw)
+        world.reset(plan['q_start'], [*reset.object_xy, self.object_z], reset.object_yaw,
+                    via=plan['q_above'])
         try:
             world.execute(plan['times'], plan['positions'], plan['velocities'],
                           plan['duration'])
@@ -232,6 +251,6 @@ class SlideToTarget:
         scale = float(np.exp(rng.normal(0.0, self.cfg.demo_spread)))
 
         def policy(obs):
-            slide = max(obs[0] - c.push_through, 0.01)
+            slide = max(obs[0] - c.push_length, 0.01)
             return np.array([np.sqrt(2 * c.demo_friction * G * slide) * scale, 0.0])
         return policy

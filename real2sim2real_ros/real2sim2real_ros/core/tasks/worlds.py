@@ -60,6 +60,7 @@ def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable()) -> str:
     # sent off at 0.3 rad to the table's x axis slides away at 0.5 rad).
     return f"""<mujoco model="task_scene">
   <option cone="elliptic"/>
+  <default><geom solref="0.005 1" solimp="0.95 0.99 0.001 0.5 2"/></default>
   <worldbody>
     <geom name="table" type="box" size="{table.size[0] / 2} {table.size[1] / 2} 0.02"
           pos="{tx} {ty} {table.height - 0.02}" friction="{table.friction} 0.005 0.0001"/>
@@ -124,7 +125,8 @@ class TwinWorld:
     def time(self) -> float:
         return float(self.twin.data.time)
 
-    def reset(self, q0, object_xyz, object_yaw: float) -> None:
+    def reset(self, q0, object_xyz, object_yaw: float, via=None) -> None:
+        """Arm at ``q0`` (``via``, the approach pose, only matters to a physical arm)."""
         tw = self.twin
         tw.reset(np.asarray(q0, float))
         tw.data.qpos[self._qa:self._qa + 3] = object_xyz
@@ -173,15 +175,23 @@ class CellWorld:
     def time(self) -> float:
         return self.world.time
 
-    def reset(self, q0, object_xyz, object_yaw: float, move_time: float = 1.5) -> None:
-        """Robot back to its initial pose, then moved to q0 (off the object), object placed."""
+    def reset(self, q0, object_xyz, object_yaw: float, via=None,
+              move_time: float = 1.5) -> None:
+        """Robot back to its initial pose, then moved to q0 through the approach pose ``via``
+        (above q0: a straight joint move may sweep the tool through the object), object placed.
+        """
         w = self.world
         w.reset()
         w.reset_objects([self.object_id], [(np.asarray(object_xyz, float),
                                             yaw_quat(object_yaw))])
-        w.set_trajectory(JointTrajectoryCommand(self.joint_names, np.array([move_time]),
-                                                np.asarray(q0, float)[None]))
-        w.step_for(move_time + 0.3)
+        q0 = np.asarray(q0, float)
+        if via is None:
+            times, points = np.array([move_time]), q0[None]
+        else:
+            times = np.array([move_time, move_time + 0.6])
+            points = np.vstack([np.asarray(via, float), q0])
+        w.set_trajectory(JointTrajectoryCommand(self.joint_names, times, points))
+        w.step_for(float(times[-1]) + 0.3)
         # The arm moved in the air; make sure the object is exactly where the episode says.
         w.reset_objects([self.object_id], [(np.asarray(object_xyz, float),
                                             yaw_quat(object_yaw))])

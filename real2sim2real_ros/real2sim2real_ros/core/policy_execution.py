@@ -1,0 +1,602 @@
+"""Running a trained policy on a robot (ROS-free): checkpoint + task -> safe joint trajectories.
+
+The robot_executor's ``~/execute_policy`` action is this module plus ROS plumbing (topics,
+the controller backend, supervision). Here:
+
+* :func:`load_policy` loads a checkpoint (core/policies: ``policy.pt`` + ``policy.json``) and
+  builds its task (core/tasks) from the task config stored with it. A missing, corrupt or
+  inconsistent checkpoint, or one for another task than asked, is an :class:`ExecutionError`
+  of kind INVALID_CHECKPOINT whose message names the file.
+* :func:`make_episode` turns (loaded policy, goal) into an episode:
+
+  - **slide_to_target** (one-shot): ONE observation (object pose + goal) -> ONE action -> the
+    task's own ``plan()``. Two motions, both planned and validated before anything moves:
+    the approach to the plan's ``q_start`` (lift the tool if it is lower than the plan's
+    approach pose ``q_above``, move to that pose, descend straight down onto ``q_start``,
+    tool pointing down) and the strike
+    (the plan's trajectory, after a short hold at ``q_start``; the plan's settle time
+    follows it before the outcome is observed).
+  - **push_to_pose** (closed loop): the approach to the task's start pose (the tool behind
+    the box), then one step per control period (the task's ``1 / control_rate``):
+    observation -> action -> the next short segment, a one-point trajectory reached after
+    one period (JTC semantics: each segment replaces the rest of the previous one from its
+    start time). The task decides success; its ``max_steps`` ends an unsuccessful episode.
+
+* :class:`SafetyGate` runs every trajectory through core/execution_safety (joint position
+  and velocity limits, tool tip inside the workspace box, timing) against the position the
+  arm is in; a violation is an ExecutionError of kind LIMIT_VIOLATION or WORKSPACE_VIOLATION
+  and the trajectory is not sent. A target the tool-down IK cannot reach (out of reach, past
+  a joint limit) is a WORKSPACE_VIOLATION too: the tool cannot go there.
+
+Observations: joint positions (the executor's /joint_states) and object poses
+(:class:`ObjectPose`, from the camera tracker's ``tracked_objects``). The goal is the
+action's ``task_goal``: ``[x, y]`` (slide_to_target; a third value is ignored) or
+``[x, y]`` / ``[x, y, yaw]`` (push_to_pose; without yaw the box keeps its observed yaw), world
+frame (the robot base), m and rad. An empty goal is the task's default, relative to the first
+observed pose: slide_to_target the middle of its distance and heading ranges, push_to_pose
+the middle of its forward range along +x. Goals outside the workspace (and, for
+push_to_pose, outside the task's own table area) are refused before anything moves.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import execution_safety as es
+from .tasks import TaskError, get_task
+from .tasks.base import ResetSample, check_action, wrap_angle
+from .tasks.kinematics import IKError
+from .tasks.worlds import quat_yaw
+
+# Error kinds; the node maps them onto ExecutePolicy.Result codes of the same names
+# (INVALID_GOAL onto INVALID_CHECKPOINT: the request does not fit the checkpoint's task).
+INVALID_CHECKPOINT = 'INVALID_CHECKPOINT'
+INVALID_GOAL = 'INVALID_GOAL'
+LIMIT_VIOLATION = 'LIMIT_VIOLATION'
+WORKSPACE_VIOLATION = 'WORKSPACE_VIOLATION'
+OBSERVATION_UNAVAILABLE = 'OBSERVATION_UNAVAILABLE'
+
+_VIOLATION_KINDS = {
+    es.JOINT_LIMIT_VIOLATION: LIMIT_VIOLATION,
+    es.VELOCITY_LIMIT_VIOLATION: LIMIT_VIOLATION,
+    es.INVALID_TRAJECTORY: LIMIT_VIOLATION,
+    es.WORKSPACE_VIOLATION: WORKSPACE_VIOLATION,
+}
+_MIN_JERK_PEAK = 1.875   # peak / mean speed of a minimum-jerk move
+
+
+class ExecutionError(Exception):
+    """A policy execution cannot go on; ``kind`` is one of the error kinds above."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+# ------------------------------------------------------------------------------ observations
+
+@dataclass(frozen=True)
+class ObjectPose:
+    """An object's pose in the world (robot base) frame, as the tracker reports it."""
+    position: np.ndarray          # x, y, z (m)
+    quat: np.ndarray              # w, x, y, z
+    stamp: float = 0.0            # s, when it was measured
+
+    @classmethod
+    def from_xyz_quat(cls, xyz, quat_wxyz, stamp: float = 0.0) -> ObjectPose:
+        p = np.asarray(xyz, float).reshape(3)
+        q = np.asarray(quat_wxyz, float).reshape(4)
+        n = float(np.linalg.norm(q))
+        if not (np.all(np.isfinite(p)) and np.isfinite(n) and n > 1e-9):
+            raise ExecutionError(OBSERVATION_UNAVAILABLE,
+                                 f'object pose is not usable: position {p.tolist()}, '
+                                 f'quaternion {q.tolist()}')
+        return cls(p, q / n, float(stamp))
+
+    @property
+    def xy(self) -> np.ndarray:
+        return self.position[:2].copy()
+
+    @property
+    def z(self) -> float:
+        return float(self.position[2])
+
+    @property
+    def yaw(self) -> float:
+        return quat_yaw(self.quat)
+
+    @property
+    def up_z(self) -> float:
+        """World z component of the object's own z axis (1 = upright)."""
+        _, x, y, _ = self.quat
+        return float(1 - 2 * (x * x + y * y))
+
+
+# ------------------------------------------------------------------------------ checkpoint
+
+@dataclass
+class LoadedPolicy:
+    path: Path
+    task: object                                   # a core.tasks Task
+    policy: Callable[[np.ndarray], np.ndarray]     # observation -> action (deterministic)
+    config: dict                                   # policy.json
+
+    @property
+    def task_name(self) -> str:
+        return self.task.name
+
+
+def load_policy(path, robot, expected_task: str = '') -> LoadedPolicy:
+    """The checkpoint at ``path`` with its task built for ``robot``. ``expected_task``: the
+    task the caller asks for ('' = whatever the checkpoint is for)."""
+    from .policies.policy import CONFIG_FILE, CheckpointError, load_checkpoint  # torch
+    text = str(path).strip()
+    if not text:
+        raise ExecutionError(INVALID_CHECKPOINT, 'no checkpoint_path given')
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        raise ExecutionError(INVALID_CHECKPOINT,
+                             f'checkpoint {path}: not a directory (want one holding policy.pt '
+                             f'and {CONFIG_FILE})')
+    try:
+        policy, config = load_checkpoint(path)
+    except CheckpointError as exc:
+        raise ExecutionError(INVALID_CHECKPOINT, str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a corrupt policy.pt (pickle, zip, torch errors)
+        raise ExecutionError(INVALID_CHECKPOINT, f'checkpoint {path}: cannot load: '
+                             f'{type(exc).__name__}: {exc}') from None
+    cfg_file = path / CONFIG_FILE
+    task_cfg = config.get('task')
+    if not isinstance(task_cfg, dict) or not task_cfg.get('task'):
+        raise ExecutionError(INVALID_CHECKPOINT,
+                             f'{cfg_file}: names no task (want "task": {{"task": <name>, '
+                             f'...task config}})')
+    task_cfg = dict(task_cfg)
+    name = str(task_cfg.pop('task'))
+    if expected_task and expected_task != name:
+        raise ExecutionError(INVALID_CHECKPOINT,
+                             f'task mismatch: checkpoint {path} is a {name!r} policy, the goal '
+                             f'asks for task {expected_task!r}')
+    try:
+        task = get_task(name, robot, task_cfg)
+    except (TaskError, TypeError, ValueError) as exc:
+        raise ExecutionError(INVALID_CHECKPOINT, f'{cfg_file}: task config: {exc}') from None
+    if policy.obs_dim != task.observation_dim or policy.action_dim != task.action_dim:
+        raise ExecutionError(
+            INVALID_CHECKPOINT,
+            f'checkpoint {path}: the policy maps {policy.obs_dim} observations to '
+            f'{policy.action_dim} actions, task {name!r} has {task.observation_dim} and '
+            f'{task.action_dim}')
+    return LoadedPolicy(path, task, policy.as_function(), config)
+
+
+# ------------------------------------------------------------------------------ safety
+
+@dataclass
+class SafetyGate:
+    """Every trajectory a policy produces passes here before it is sent."""
+    limits: es.JointLimits
+    fk: Callable[[np.ndarray], tuple]
+    workspace: es.Workspace
+    velocity_scale: float = 1.0
+    start_tolerance: float = 0.05
+    workspace_step: float = 0.05
+
+    def validate(self, traj: es.Trajectory, current_position, what: str = 'trajectory'
+                 ) -> es.ValidatedTrajectory:
+        try:
+            return es.validate_trajectory(
+                traj, self.limits, current_position, velocity_scale=self.velocity_scale,
+                fk=self.fk, workspace=self.workspace, start_tolerance=self.start_tolerance,
+                workspace_step=self.workspace_step)
+        except es.TrajectoryViolation as v:
+            raise ExecutionError(_VIOLATION_KINDS.get(v.kind, LIMIT_VIOLATION),
+                                 f'{what}: {v.message}') from None
+
+    def check_goal_xy(self, xy, what: str = 'goal') -> None:
+        lo, hi = self.workspace.minimum, self.workspace.maximum
+        x, y = (float(v) for v in xy)
+        if not (lo[0] <= x <= hi[0] and lo[1] <= y <= hi[1]):
+            raise ExecutionError(
+                WORKSPACE_VIOLATION,
+                f'{what} ({x:.3f}, {y:.3f}) m is outside the workspace x [{lo[0]:.3f}, '
+                f'{hi[0]:.3f}], y [{lo[1]:.3f}, {hi[1]:.3f}]')
+
+
+# ------------------------------------------------------------------------------ motions
+
+@dataclass
+class ExecutionSettings:
+    approach_height: float = 0.10            # m above the task's table for moves between poses
+    approach_velocity_fraction: float = 0.3  # of the (scaled) joint velocity limits
+    approach_tip_speed: float = 0.15         # m/s, straight-line tool moves (lift, descent)
+    min_move_time: float = 0.5               # s per approach leg
+    point_spacing: float = 0.05              # s between approach points
+    strike_lead_in: float = 0.1              # s the strike holds q_start before moving
+
+    def __post_init__(self):
+        for name in ('approach_velocity_fraction', 'approach_tip_speed', 'min_move_time',
+                     'point_spacing'):
+            if not getattr(self, name) > 0:
+                raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+        if not (self.approach_height >= 0 and self.strike_lead_in >= 0):
+            raise ValueError('approach_height and strike_lead_in must be >= 0')
+
+
+@dataclass
+class Motion:
+    """One trajectory to send: robot joint order, times from its start (all > 0)."""
+    label: str
+    trajectory: es.Trajectory
+    settle: float = 0.0            # s to wait after its end before the next observation
+    wait_at_goal: bool = True      # the arm must reach the last point (goal tolerance)
+    validated: es.ValidatedTrajectory | None = None
+
+    @property
+    def duration(self) -> float:
+        return self.trajectory.duration
+
+
+def _min_jerk(tau):
+    tau = np.clip(tau, 0.0, 1.0)
+    return 10 * tau ** 3 - 15 * tau ** 4 + 6 * tau ** 5, 30 * tau ** 2 - 60 * tau ** 3 + \
+        30 * tau ** 4
+
+
+def _sample_times(duration: float, spacing: float) -> np.ndarray:
+    n = max(2, int(math.ceil(duration / spacing)))
+    return np.linspace(duration / n, duration, n)
+
+
+def _joint_leg(q0, q1, vmax, settings: ExecutionSettings):
+    dq = np.asarray(q1, float) - np.asarray(q0, float)
+    dur = max(settings.min_move_time, float(np.max(
+        _MIN_JERK_PEAK * np.abs(dq) / (settings.approach_velocity_fraction * vmax))))
+    t = _sample_times(dur, settings.point_spacing)
+    s, ds = _min_jerk(t / dur)
+    return t, q0 + np.outer(s, dq), np.outer(ds / dur, dq)
+
+
+def _line_leg(ik, p0, p1, q_seed, vmax, settings: ExecutionSettings):
+    """A straight tool-down line p0 -> p1 on a minimum-jerk time law, IK at every point."""
+    p0, p1 = np.asarray(p0, float), np.asarray(p1, float)
+    dist = float(np.linalg.norm(p1 - p0))
+    # Joint travel along the line, from an evenly spaced IK pass, sets the duration too.
+    probe = ik.solve_path(p0 + np.outer(np.linspace(0, 1, 6)[1:], p1 - p0), q_seed)
+    travel = np.abs(np.diff(np.vstack([q_seed, probe]), axis=0)).sum(axis=0)
+    dur = max(settings.min_move_time, _MIN_JERK_PEAK * dist / settings.approach_tip_speed,
+              float(np.max(_MIN_JERK_PEAK * travel
+                           / (settings.approach_velocity_fraction * vmax))))
+    t = _sample_times(dur, settings.point_spacing)
+    s, _ = _min_jerk(t / dur)
+    q = ik.solve_path(p0 + np.outer(s, p1 - p0), q_seed)
+    v = np.gradient(np.vstack([q_seed, q]), np.concatenate([[0.0], t]), axis=0)[1:]
+    v[-1] = 0.0
+    return t, q, v
+
+
+def plan_approach(ik, q_current, q_target, limits: es.JointLimits,
+                  settings: ExecutionSettings, table_height: float = 0.0,
+                  velocity_scale: float = 1.0, via=None) -> es.Trajectory:
+    """From ``q_current`` to ``q_target`` (tool down, low over the table) without sweeping
+    through the table or the objects: lift straight up to the approach height if the tool is
+    lower, move above the target at that height, descend straight down. The approach pose
+    above the target is ``via`` when the task's plan gives one (slide_to_target's
+    ``q_above``), else ``approach_height`` above the table. Each leg starts and ends at rest
+    (minimum-jerk), at most ``approach_velocity_fraction`` of the velocity limits and
+    ``approach_tip_speed`` on the straight legs."""
+    vmax = limits.velocity * velocity_scale
+    q_current = np.asarray(q_current, float)
+    q_target = np.asarray(q_target, float)
+    tip_now = ik.tip_position(q_current)
+    tip_target = ik.tip_position(q_target)
+    if via is not None:
+        q_hover = np.asarray(via, float)
+        hover = float(ik.tip_position(q_hover)[2])
+    else:
+        hover = max(table_height + settings.approach_height, float(tip_target[2]))
+        q_hover = None
+    legs, q = [], q_current
+    if tip_now[2] < hover - 0.005:
+        legs.append(_line_leg(ik, tip_now, [tip_now[0], tip_now[1], hover], q, vmax, settings))
+        q = legs[-1][1][-1]
+    if q_hover is None:
+        q_hover = ik.solve([tip_target[0], tip_target[1], hover], q_target)
+    legs.append(_joint_leg(q, q_hover, vmax, settings))
+    if hover - tip_target[2] > 1e-4:
+        t, qs, vs = _line_leg(ik, [tip_target[0], tip_target[1], hover], tip_target, q_hover,
+                              vmax, settings)
+        qs[-1] = q_target   # end exactly where the plan starts
+        legs.append((t, qs, vs))
+    times, pos, vel, t0 = [], [], [], 0.0
+    for t, qs, vs in legs:
+        times.append(t + t0)
+        pos.append(qs)
+        vel.append(vs)
+        t0 += float(t[-1])
+    return es.Trajectory(tuple(limits.names), np.concatenate(times), np.vstack(pos),
+                         np.vstack(vel))
+
+
+# ------------------------------------------------------------------------------ episodes
+
+def _parse_goal(goal, sizes: Sequence[int], task: str) -> np.ndarray:
+    g = np.asarray([] if goal is None else goal, float).reshape(-1)
+    if g.size not in sizes or not np.all(np.isfinite(g)):
+        want = ' or '.join({0: 'empty (the default)', 2: 'x y', 3: 'x y yaw'}[n] for n in sizes)
+        raise ExecutionError(INVALID_GOAL, f'task_goal {g.tolist()} does not fit task {task!r}: '
+                             f'want {want} (world frame, m, rad)')
+    return g
+
+
+class PolicyEpisode:
+    """One episode of a policy on the robot. The caller supplies observations and sends the
+    motions it returns (after :meth:`SafetyGate.validate` against the measured position)."""
+
+    one_shot: bool = True
+    period: float = 0.0
+
+    def __init__(self, loaded: LoadedPolicy, gate: SafetyGate, goal=(),
+                 settings: ExecutionSettings | None = None):
+        self.loaded = loaded
+        self.task = loaded.task
+        self.policy = loaded.policy
+        self.gate = gate
+        self.settings = settings or ExecutionSettings()
+        self.steps = 0
+        self.observations: list[list[float]] = []
+        self.actions: list[list[float]] = []
+        self.done_reason = ''
+
+    @property
+    def object_id(self) -> str:
+        return self.task.object_id
+
+    def _act(self, obs) -> np.ndarray:
+        try:
+            raw = self.policy(np.asarray(obs, float))
+            action = check_action(self.task, raw)
+        except TaskError as exc:
+            raise ExecutionError(INVALID_CHECKPOINT,
+                                 f'the policy of {self.loaded.path} gave an unusable action: '
+                                 f'{exc}') from None
+        self.steps += 1
+        self.observations.append([float(v) for v in obs])
+        self.actions.append([float(v) for v in action])
+        return action
+
+    def _solve(self, target, seed, what: str) -> np.ndarray:
+        try:
+            return self.task.ik.solve(target, seed)
+        except IKError as exc:
+            raise ExecutionError(WORKSPACE_VIOLATION, f'{what}: the tool cannot get there: '
+                                 f'{exc}') from None
+
+    def _approach(self, q_current, q_target, via=None) -> Motion:
+        try:
+            traj = plan_approach(self.task.ik, q_current, q_target, self.gate.limits,
+                                 self.settings, self.task.cfg.table_height,
+                                 self.gate.velocity_scale, via)
+        except IKError as exc:
+            raise ExecutionError(WORKSPACE_VIOLATION, f'approach: the tool cannot get there: '
+                                 f'{exc}') from None
+        m = Motion('approach', traj)
+        m.validated = self.gate.validate(traj, q_current, 'approach')
+        return m
+
+    # The interface the executor drives.
+    def start(self, q_current, pose: ObjectPose) -> list[Motion]:
+        raise NotImplementedError
+
+    def step(self, pose: ObjectPose) -> Motion | None:
+        """Closed loop: the next segment, or None when the episode is over."""
+        return None
+
+    def state(self, pose: ObjectPose) -> dict:
+        raise NotImplementedError
+
+    def success(self, pose: ObjectPose) -> bool:
+        return bool(self.task.success(self.state(pose)))
+
+    def error(self, pose: ObjectPose) -> float:
+        return float(self.task.error(self.state(pose)))
+
+    def summary(self) -> dict:
+        return {'task': self.task.name, 'object_id': self.object_id, 'steps': self.steps,
+                'goal': self.goal_description(), 'done_reason': self.done_reason,
+                'observations': self.observations, 'actions': self.actions}
+
+    def goal_description(self) -> dict:
+        return {}
+
+
+class SlideEpisode(PolicyEpisode):
+    """slide_to_target: one observation -> one action -> approach + strike."""
+
+    one_shot = True
+
+    def __init__(self, loaded, gate, goal=(), settings=None):
+        super().__init__(loaded, gate, goal, settings)
+        g = _parse_goal(goal, (0, 2, 3), self.task.name)
+        self.goal_xy = None if g.size == 0 else g[:2].copy()
+        if self.goal_xy is not None:
+            gate.check_goal_xy(self.goal_xy)
+        self.plan: dict | None = None
+
+    def _resolve_goal(self, pose: ObjectPose) -> np.ndarray:
+        if self.goal_xy is None:
+            c = self.task.cfg
+            dist, heading = float(np.mean(c.distance_range)), float(np.mean(c.heading_range))
+            self.goal_xy = pose.xy + dist * np.array([np.cos(heading), np.sin(heading)])
+            self.gate.check_goal_xy(self.goal_xy, 'default goal')
+        return self.goal_xy
+
+    def start(self, q_current, pose: ObjectPose) -> list[Motion]:
+        goal = self._resolve_goal(pose)
+        reset = ResetSample(pose.xy, pose.yaw, goal.copy())
+        obs = self.task.observation(self.task.initial_state(reset))
+        action = self._act(obs)
+        try:
+            plan = self.task.plan(reset, action)
+        except IKError as exc:
+            raise ExecutionError(WORKSPACE_VIOLATION, f'strike from the box at '
+                                 f'({pose.xy[0]:.3f}, {pose.xy[1]:.3f}): the tool cannot get '
+                                 f'there: {exc}') from None
+        self.plan = plan
+        approach = self._approach(q_current, plan['q_start'], plan.get('q_above'))
+        lead = self.settings.strike_lead_in
+        names = tuple(self.gate.limits.names)
+        q0 = np.asarray(plan['q_start'], float)[None]
+        if lead > 0:
+            times = np.concatenate([[lead], plan['times'] + lead])
+            pos = np.vstack([q0, plan['positions']])
+            vel = np.vstack([np.zeros_like(q0), plan['velocities']])
+        else:
+            times, pos, vel = plan['times'], plan['positions'], plan['velocities']
+        strike = Motion('strike', es.Trajectory(names, times, pos, vel),
+                        settle=max(0.0, plan['duration'] - float(plan['times'][-1])))
+        strike.validated = self.gate.validate(strike.trajectory, plan['q_start'], 'strike')
+        self.done_reason = 'one-shot'
+        return [approach, strike]
+
+    def state(self, pose: ObjectPose) -> dict:
+        return {'object_xy': pose.xy, 'object_z': pose.z, 'object_yaw': pose.yaw,
+                'goal_xy': self.goal_xy, 'object_up_z': pose.up_z}
+
+    def goal_description(self) -> dict:
+        out = {'goal_xy': None if self.goal_xy is None else [float(v) for v in self.goal_xy]}
+        if self.plan is not None:
+            out['strike_heading'] = float(self.plan['strike_heading'])
+        return out
+
+
+class PushEpisode(PolicyEpisode):
+    """push_to_pose: approach behind the box, then observation -> action -> segment per tick."""
+
+    one_shot = False
+
+    def __init__(self, loaded, gate, goal=(), settings=None):
+        super().__init__(loaded, gate, goal, settings)
+        g = _parse_goal(goal, (0, 2, 3), self.task.name)
+        self.goal_xy = None if g.size == 0 else g[:2].copy()
+        self.goal_yaw = None if g.size < 3 else wrap_angle(float(g[2]))
+        if self.goal_xy is not None:
+            self._check_goal(self.goal_xy, 'goal')
+        c = self.task.cfg
+        self.period = 1.0 / c.control_rate
+        self.max_steps = int(c.max_steps)
+        self.z = c.table_height + c.push_height
+        self.tip: np.ndarray | None = None
+        self.q: np.ndarray | None = None
+        self.ik_failures = 0
+
+    def _check_goal(self, xy, what):
+        self.gate.check_goal_xy(xy, what)
+        lo_x, hi_x, lo_y, hi_y = self.task.cfg.workspace
+        if not (lo_x <= xy[0] <= hi_x and lo_y <= xy[1] <= hi_y):
+            raise ExecutionError(
+                WORKSPACE_VIOLATION,
+                f'{what} ({xy[0]:.3f}, {xy[1]:.3f}) m is outside the task\'s pushing area x '
+                f'[{lo_x}, {hi_x}], y [{lo_y}, {hi_y}]')
+
+    def start(self, q_current, pose: ObjectPose) -> list[Motion]:
+        c = self.task.cfg
+        if self.goal_xy is None:
+            self.goal_xy = pose.xy + np.array([float(np.mean(c.goal_forward)), 0.0])
+            self._check_goal(self.goal_xy, 'default goal')
+        if self.goal_yaw is None:
+            self.goal_yaw = pose.yaw
+        # The task's start: the tool behind the box along -x (PushToPose.sample_reset).
+        tip = pose.xy - np.array([0.09, 0.0])
+        self.q = self._solve([*tip, self.z], None, 'push start')
+        self.tip = tip
+        return [self._approach(q_current, self.q)]
+
+    def state(self, pose: ObjectPose) -> dict:
+        return {'object_xy': pose.xy, 'object_z': pose.z, 'object_yaw': pose.yaw,
+                'goal_xy': self.goal_xy, 'goal_yaw': self.goal_yaw,
+                'tip_xy': None if self.tip is None else self.tip.copy()}
+
+    def step(self, pose: ObjectPose) -> Motion | None:
+        if self.tip is None:
+            raise RuntimeError('PushEpisode.step before start')
+        state = self.state(pose)
+        if self.task.success(state):
+            self.done_reason = 'success'
+            return None
+        if self.steps >= self.max_steps:
+            self.done_reason = f'max_steps ({self.max_steps}) reached'
+            return None
+        action = self._act(self.task.observation(state))
+        lo_x, hi_x, lo_y, hi_y = self.task.cfg.workspace
+        tip_next = np.clip(self.tip + action * self.period, [lo_x, lo_y], [hi_x, hi_y])
+        try:
+            self.q = self.task.ik.solve([*tip_next, self.z], self.q)
+            self.tip = tip_next
+        except IKError:
+            self.ik_failures += 1      # as in training: keep the tip where it was
+        traj = es.Trajectory(tuple(self.gate.limits.names), np.array([self.period]),
+                             self.q[None].copy())
+        return Motion(f'step {self.steps}', traj, wait_at_goal=False)
+
+    def goal_description(self) -> dict:
+        return {'goal_xy': None if self.goal_xy is None else [float(v) for v in self.goal_xy],
+                'goal_yaw': self.goal_yaw, 'ik_failures': self.ik_failures}
+
+
+EPISODES = {'slide_to_target': SlideEpisode, 'push_to_pose': PushEpisode}
+
+
+def make_episode(loaded: LoadedPolicy, gate: SafetyGate, goal=(),
+                 settings: ExecutionSettings | None = None) -> PolicyEpisode:
+    """The episode runner for the checkpoint's task (INVALID_CHECKPOINT for a task the
+    executor cannot run yet)."""
+    cls = EPISODES.get(loaded.task_name)
+    if cls is None:
+        raise ExecutionError(INVALID_CHECKPOINT,
+                             f'checkpoint {loaded.path}: task {loaded.task_name!r} cannot run on '
+                             f'the robot yet (executable tasks: {sorted(EPISODES)})')
+    return cls(loaded, gate, goal, settings)
+
+
+@dataclass
+class PoseBuffer:
+    """The latest pose of one object from a stream of tracker messages, with freshness."""
+    object_id: str
+    pose: ObjectPose | None = None
+    received: float = -math.inf
+    messages: int = 0
+    ids_seen: set = field(default_factory=set)
+
+    def add(self, ids: Sequence[str], poses: Sequence[ObjectPose | None], stamp: float,
+            now: float) -> bool:
+        """One tracker message; True when it held this object."""
+        self.messages += 1
+        self.ids_seen.update(ids)
+        for oid, pose in zip(ids, poses):
+            if oid == self.object_id and pose is not None:
+                self.pose = pose
+                self.received = now
+                return True
+        return False
+
+    def fresh(self, now: float, max_age: float, after: float = -math.inf) -> ObjectPose | None:
+        """The latest pose if measured within ``max_age`` of ``now`` and not before ``after``."""
+        p = self.pose
+        if p is None or now - p.stamp > max_age or p.stamp < after:
+            return None
+        return p
+
+    def describe_missing(self, topic: str, timeout: float) -> str:
+        if self.messages == 0:
+            return f'no message on {topic} within {timeout:.2f} s (is the object tracker running?)'
+        if self.pose is None:
+            return (f'{self.messages} message(s) on {topic} within {timeout:.2f} s, none with '
+                    f'object {self.object_id!r} (ids seen: {sorted(self.ids_seen)})')
+        return (f'no fresh pose of {self.object_id!r} on {topic} within {timeout:.2f} s (latest '
+                f'measured at {self.pose.stamp:.3f})')
