@@ -71,7 +71,8 @@ class CameraSpec:
 
 @dataclass(frozen=True)
 class RobotSpec:
-    urdf: str = 'default'                 # 'default' or a path (relative to the spec file)
+    urdf: str = 'default'                 # 'default', a path (relative to the spec file) or
+    #                                       'example-robot-data:<robot>[+pusher]' (core/tools.py)
     kp: tuple[float, ...] | float = 800.0  # N m/rad, actuator servo stiffness
     kv: tuple[float, ...] | float = 40.0   # N m s/rad, actuator servo damping
     joint_damping: tuple[float, ...] | float = 0.5
@@ -160,9 +161,19 @@ class CellSpec:
         raise KeyError(f'no camera {name!r} in cell {self.name!r}')
 
     def urdf_path(self) -> str | None:
-        """Absolute URDF path, or None for the package's default cell arm."""
+        """Absolute URDF path, or None for the package's default cell arm.
+
+        ``example-robot-data:<robot>[+pusher]`` names a robot of that package, with the
+        default arm's pusher when ``+pusher`` (a generated file: core.tools.resolve_robot_urdf).
+        """
         if self.robot.urdf == 'default':
             return None
+        if self.robot.urdf.startswith('example-robot-data:'):
+            from .tools import ToolError, resolve_robot_urdf
+            try:
+                return str(resolve_robot_urdf(self.robot.urdf))
+            except ToolError as exc:
+                raise CellSpecError(f'robot.urdf: {exc}') from None
         path = Path(os.path.expanduser(self.robot.urdf))
         if not path.is_absolute() and self.source_path:
             path = Path(self.source_path).parent / path
@@ -386,7 +397,14 @@ def _robot(data: dict, path: str) -> RobotSpec:
     _check_keys(data, set(RobotSpec.__dataclass_fields__), path)
     urdf = data.get('urdf', 'default')
     if not isinstance(urdf, str) or not urdf:
-        _fail(f'{path}.urdf', f"must be 'default' or a file path, got {urdf!r}")
+        _fail(f'{path}.urdf', f"must be 'default', a file path or "
+              f"'example-robot-data:<robot>[+pusher]', got {urdf!r}")
+    if urdf.startswith('example-robot-data:'):
+        from .tools import ToolError, parse_robot_name
+        try:
+            parse_robot_name(urdf)
+        except ToolError as exc:
+            _fail(f'{path}.urdf', str(exc))
     init = data.get('initial_positions')
     if init is not None:
         init = _vec(data, 'initial_positions', f'{path}.initial_positions', len(init) or 1)

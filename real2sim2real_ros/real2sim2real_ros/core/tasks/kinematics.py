@@ -4,6 +4,11 @@ The tasks move the tool tip in the table plane with the tool pointing straight d
 orientation of the ready pose), so the IK tracks a full 6-D target: position plus the fixed
 ready-pose orientation. It runs on the robot description's own kinematic model (robot base
 at the origin), never on a twin, so the same joint targets go to a twin and to a cell.
+
+The ready pose is ``READY_POSE`` for the default cell arm. For any other arm (e.g. the UR5 with
+the pusher from core/tools.py) ``ready_pose`` derives one: the tool tip at ``READY_TIP`` with
+the tool pointing straight down, solved from a few seeds and picked for reaching the tasks'
+workspace on the table without any link going below it.
 """
 from __future__ import annotations
 
@@ -13,6 +18,11 @@ import numpy as np
 from ..robot_description import RobotDescription
 
 READY_POSE = (0.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0)   # tip at (0.40, 0, 0.20), tool down
+READY_TIP = (0.40, 0.0, 0.20)   # m, where every arm's ready pose puts the tool tip
+# Tip points a derived ready pose must reach tool-down (the tasks' strikes and pushes).
+_WORKSPACE = [(x, y, z) for z in (0.005, 0.1) for x in (0.3, 0.45, 0.6, 0.7)
+              for y in (-0.15, 0.0, 0.15)]
+_READY_CACHE: dict[tuple, np.ndarray] = {}
 
 
 class IKError(ValueError):
@@ -22,7 +32,9 @@ class IKError(ValueError):
 class ToolDownIK:
     """Joint positions for tool-tip positions with the ready pose's tool orientation."""
 
-    def __init__(self, robot: RobotDescription, q_ready=READY_POSE, damping: float = 1e-3):
+    def __init__(self, robot: RobotDescription, q_ready=None, damping: float = 1e-3):
+        """q_ready: the ready pose whose tool orientation the IK keeps and which seeds it;
+        None = ``ready_pose(robot)`` (READY_POSE on the default cell arm)."""
         self.robot = robot
         self.model = robot.compile()
         self.data = mujoco.MjData(self.model)
@@ -30,8 +42,10 @@ class ToolDownIK:
         self._dadr = np.array([self.model.jnt_dofadr[self.model.jnt_qposadr.tolist().index(a)]
                                for a in self._qadr])
         self._tip = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, robot.tip_link)
-        self.q_ready = np.asarray(q_ready, float)
         self.damping = float(damping)
+        if q_ready is None:
+            q_ready = ready_pose(robot, ik=self)
+        self.q_ready = np.asarray(q_ready, float)
         _, self.rot_ready = self.fk(self.q_ready)
 
     def fk(self, q) -> tuple[np.ndarray, np.ndarray]:
@@ -92,3 +106,102 @@ class ToolDownIK:
         jacp = np.zeros((3, self.model.nv))
         mujoco.mj_jacBody(self.model, self.data, jacp, None, self._tip)
         return jacp[:2, self._dadr]
+
+
+def _tool_down_error(ik: ToolDownIK, q, target) -> float:
+    """Tip position error (m) + tool-axis error (rad) of q against tool-down at target."""
+    pos, rot = ik.fk(q)
+    return float(np.linalg.norm(pos - target)) + float(np.arccos(np.clip(-rot[2, 2], -1, 1)))
+
+
+def _wrap(q, lower, upper) -> np.ndarray:
+    """Joint angles into (-pi, pi] where the limits allow it."""
+    w = (q + np.pi) % (2 * np.pi) - np.pi
+    return np.where((w >= lower) & (w <= upper), w, q)
+
+
+def _axis_ik(ik: ToolDownIK, target, q, iters: int = 300) -> tuple[np.ndarray, float]:
+    """Tip at ``target`` with the tool axis (tip z) pointing down; the rotation about that axis
+    is free and used, with any other redundancy, to pull the joints towards zero."""
+    m, robot = ik.model, ik.robot
+    jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+    down = np.array([0.0, 0.0, -1.0])
+    eye = np.eye(len(q))
+    err = np.inf
+    for _ in range(iters):
+        pos, rot = ik.fk(q)
+        z = rot[:, 2]
+        e = np.concatenate([target - pos, np.cross(z, down)])
+        err = float(np.linalg.norm(e))
+        mujoco.mj_jacBody(m, ik.data, jacp, jacr, ik._tip)
+        J = np.vstack([jacp, (np.eye(3) - np.outer(z, z)) @ jacr])[:, ik._dadr]
+        J_pinv = J.T @ np.linalg.inv(J @ J.T + 1e-6 * np.eye(6))
+        dq = J_pinv @ e
+        step = np.abs(dq).max()
+        if step > 0.5:
+            dq *= 0.5 / step
+        dq += (eye - J_pinv @ J) @ (-0.05 * _wrap(q, robot.lower, robot.upper))
+        q = q + dq
+        if err < 1e-7 and np.abs(dq).max() < 1e-7:
+            break
+    return _wrap(q, robot.lower, robot.upper), err
+
+
+def _workspace_score(robot: RobotDescription, q) -> int:
+    """How many workspace points the tasks' IK reaches from q with no moving link below the
+    table (z < -0.01 m in the base frame); -1 when q itself puts a link there."""
+    ik = ToolDownIK(robot, q)
+    moving = ik.model.body_weldid != 0
+    if ik.data.xpos[moving, 2].min() < -0.01:
+        return -1
+    reached = 0
+    for p in _WORKSPACE:
+        try:
+            ik.solve(p)
+        except IKError:
+            continue
+        reached += int(ik.data.xpos[moving, 2].min() >= -0.01)
+    return reached
+
+
+def ready_pose(robot: RobotDescription, target=READY_TIP, n_seeds: int = 16,
+               ik: ToolDownIK | None = None) -> np.ndarray:
+    """A tool-down ready pose of ``robot``: the tool tip at ``target`` (base frame), the tool
+    pointing straight down. READY_POSE when it is one (the default cell arm: unchanged);
+    otherwise solved from ``n_seeds`` deterministic seeds, keeping the solution that reaches
+    most of the tasks' table workspace with no link below the table, then the one with the
+    smallest joint angles (the "front" branch rather than one reaching over the shoulder).
+    The tool axis is the tip link's z (as on tool0 / tool_tip, core.tools.add_pusher).
+    Cached per kinematic model. Raises IKError when no seed gives one. ``ik``: a ToolDownIK
+    of ``robot`` to compute with (only its kinematics are used).
+    """
+    target = np.asarray(target, float)
+    if ik is None:
+        ik = ToolDownIK(robot, np.clip(np.zeros(robot.n_joints), robot.lower, robot.upper))
+    if robot.n_joints == len(READY_POSE) and robot.within_limits(READY_POSE) and \
+            _tool_down_error(ik, READY_POSE, target) < 2e-3:
+        return np.asarray(READY_POSE, float)
+    probe = np.linspace(-0.5, 0.5, robot.n_joints)
+    key = (robot.name, robot.joint_names, robot.tip_link, tuple(target.round(6)),
+           tuple(np.concatenate([ik.fk(probe)[0], ik.fk(-probe)[0]]).round(6)))
+    if key not in _READY_CACHE:
+        lo, hi = np.maximum(robot.lower, -np.pi), np.minimum(robot.upper, np.pi)
+        rng = np.random.default_rng(0)
+        seeds = [np.clip(np.zeros(robot.n_joints), lo, hi)]
+        seeds += [rng.uniform(lo, hi) for _ in range(n_seeds - 1)]
+        best, best_key = None, None
+        found: list[np.ndarray] = []
+        for seed in seeds:
+            q, err = _axis_ik(ik, target, seed)
+            if err > 1e-5 or not robot.within_limits(q) or \
+                    any(np.abs(q - f).max() < 1e-3 for f in found):
+                continue
+            found.append(q)
+            rank = (_workspace_score(robot, q), -float(np.linalg.norm(q)))
+            if rank[0] >= 0 and (best_key is None or rank > best_key):
+                best, best_key = q, rank
+        if best is None:
+            raise IKError(f'{robot.name}: no tool-down ready pose with the tip at '
+                          f'{target.round(3).tolist()} (give ToolDownIK a q_ready)')
+        _READY_CACHE[key] = best
+    return _READY_CACHE[key].copy()
