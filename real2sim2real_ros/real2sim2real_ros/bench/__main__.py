@@ -1,4 +1,10 @@
-"""Run every benchmark (cell, twin); print tables; write bench_results/cell.json."""
+"""Run every benchmark (cell, twin); print tables; write bench_results/cell.json.
+
+``python -m real2sim2real_ros.bench push [options]`` runs the push_to_pose policy benchmark
+alone (bench/push_bench.py: train in the identified twin, run on emulated cells).
+``python -m real2sim2real_ros.bench object_id [--cells N] [--seed S] [--arm truth]``: object
+identification on N emulated cells drawn from the prior (bench/object_id_bench.py); writes
+bench_results/object_id.json."""
 from __future__ import annotations
 
 import json
@@ -10,7 +16,31 @@ from rich.console import Console
 from rich.table import Table
 
 
+def object_id(argv) -> int:
+    import argparse
+
+    from real2sim2real_ros.bench import object_id_bench
+    p = argparse.ArgumentParser(prog='python -m real2sim2real_ros.bench object_id')
+    p.add_argument('--cells', type=int, default=6)
+    p.add_argument('--seed', type=int, default=300)
+    p.add_argument('--arm', choices=['identify', 'truth'], default='identify',
+                   help='identify: 2 arm probes first (5 probes in all); truth: the arm given')
+    args = p.parse_args(argv)
+    out = object_id_bench.main(args.cells, args.seed, arm=args.arm)
+    out_dir = Path('bench_results')
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / 'object_id.json').write_text(json.dumps(out, indent=2, default=str))
+    print(f'saved {out_dir / "object_id.json"}')
+    return 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == 'push':
+        from real2sim2real_ros.bench import push_bench
+        return push_bench.main(argv[1:])
+    if argv and argv[0] == 'object_id':
+        return object_id(argv[1:])
     from real2sim2real_ros.dds_isolation import isolate
     domain = isolate()
     from real2sim2real_ros.bench import cell_bench

@@ -8,12 +8,26 @@ Action ``~/identify`` (real2sim2real_msgs/action/Identify):
   of the velocity limits) through the executor's ``execute_trajectory`` action with
   record=true, and reads the bags it returns. The node never arms the executor: the operator
   does; a disarmed executor gives EXECUTION_FAILED with the executor's message;
-* offline: the given bags (any executor recording: commanded JointTrajectory + JointState);
+* objects: when ``parameters_file`` declares ``objects:`` templates and a scene is known
+  (``scene_file``, else the latched ``scene`` topic of scene_reconstruction), each box or
+  cylinder of the scene gets ``geom/<id>/friction`` and ``body/<id>/mass``. Live, after the
+  arm probes, ``strike_probes`` strike probes (core/sysid/object_probes.py: each strikes every
+  object once, planned from the poses on ``tracked_objects_topic``, the friction bounds from
+  the fit of the probes before) run through the same executor action; the arm gets
+  ``max_probes`` - strike probes. Each strike probe's bag (``<execute_n>/strike_probe``) holds
+  the executor's recording, the tracked poses received meanwhile and the plan, so the bags
+  alone reproduce the fit. No tracked poses: MISSING_TOPICS; an object that left the table or
+  the camera's view: EXECUTION_FAILED naming it;
+* offline: the given bags (any executor recording: commanded JointTrajectory + JointState;
+  strike probe bags are recognised by their plan);
 * fit (core.sysid.fit.identify) of the parameters declared in ``parameters_file`` (or the
-  goal's subset) on all recordings but the last, which is held out to score the fit;
-* writes ``<run_dir>/identify_<n>/`` (parameters.yaml, report.png, manifest.json), publishes
-  the latched ``physical_parameters`` and pushes them to ``<sim_server>/set_physical_parameters``
-  when that service is up.
+  goal's subset) on all recordings but the last, which is held out to score the fit (with
+  strike probes: on all arm probes, scored on the held-out strike probe's joints); then the
+  objects (core.sysid.object_fit.final_object_fits) on a fresh twin with the arm's estimates;
+* writes ``<run_dir>/identify_<n>/`` (parameters.yaml, report.png, objects.png with tracked
+  vs simulated object paths, manifest.json), publishes the latched ``physical_parameters`` and
+  pushes them to ``<sim_server>/set_physical_parameters`` when that service is up (the arm's
+  and the objects' in two calls: a twin without the scene still takes the arm's).
 
 The twin's servo gains are the controller configuration the lab knows (``known:`` in the
 parameters file), not identified. Error codes map one to one onto the core's exceptions
@@ -37,7 +51,7 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from real2sim2real_msgs.action import ExecuteTrajectory, Identify
-from real2sim2real_msgs.msg import PhysicalParameter, PhysicalParameterSet
+from real2sim2real_msgs.msg import PhysicalParameter, PhysicalParameterSet, Scene, TrackedObjects
 from real2sim2real_msgs.srv import SetPhysicalParameters
 
 from .. import qos
@@ -108,6 +122,9 @@ class SystemIdentificationNode(Node):
         self._q: np.ndarray | None = None
         self._q_names: list[str] = []
         self._runs = 0
+        self._scene_path = ''
+        self._tracked: list = []
+        self._arm_values: dict = {}
         cb = ReentrantCallbackGroup()
         self.pub_params = self.create_publisher(PhysicalParameterSet, 'physical_parameters',
                                                 qos.LATCHED)
@@ -118,6 +135,9 @@ class SystemIdentificationNode(Node):
             self.create_subscription(String, 'robot_description', self._on_description,
                                      qos.LATCHED,
                                      callback_group=MutuallyExclusiveCallbackGroup())
+        # The reconstructed scene (latched; one message per reconstruction).
+        self.create_subscription(Scene, 'scene', self._on_scene, qos.LATCHED,
+                                 callback_group=MutuallyExclusiveCallbackGroup())
         self._executor_client = ActionClient(self, ExecuteTrajectory, self.p_executor_action,
                                              callback_group=cb)
         self._sim_client = self.create_client(
@@ -155,6 +175,10 @@ class SystemIdentificationNode(Node):
             self.p_num_probes = declare(self, 'num_probes', 3,
                                         'Probes per live identification (the last is held '
                                         'out).', lo=1, hi=50)
+            self.p_max_probes = declare(
+                self, 'max_probes', 5, 'Most probe executions of a live identification: with '
+                'object strike probes the arm gets at most max_probes - strike_probes.',
+                lo=1, hi=50)
             self.p_duration = declare(self, 'probe_duration', 3.0, 'Seconds per probe.',
                                       lo=1.5, hi=60.0)
             self.p_amplitude = declare(self, 'probe_amplitude', 0.35,
@@ -178,6 +202,13 @@ class SystemIdentificationNode(Node):
                                       lo=0.0001, hi=0.01)
             self.p_run_dir = declare(self, 'run_dir', '', "Run directory for identify_<n>; "
                                      "'' = a temporary one.")
+            self.p_tracked_topic = declare(
+                self, 'tracked_objects_topic', 'tracked_objects',
+                'Tracked object poses (real2sim2real_msgs/TrackedObjects), subscribed only '
+                'while strike probes run.', read_only=True)
+            declare(self, 'scene_file', '',
+                    "MJCF scene whose objects are identified; '' = the latest message on the "
+                    "latched scene topic (scene_reconstruction). Read at each goal.")
         except Exception as exc:  # noqa: BLE001
             err = ConfigurationError(f'system_identification parameters: {exc}')
             err.node_name = NODE_NAME
@@ -241,13 +272,12 @@ class SystemIdentificationNode(Node):
 
     def _identify(self, goal_handle, result):
         from ..core.artifacts import RunDirectory
-        from ..core.sysid.bags import recording_from_bag
+        from ..core.sysid.bags import is_strike_bag, recording_from_bag
         from ..core.sysid.config import load_identification_config
         from ..core.sysid.fit import identify
         from ..core.twin import Twin
         goal = goal_handle.request
         config = load_identification_config(self.p_parameters_file)
-        specs = config.select(list(goal.parameter_names))
         # A goal sent right after bringup may arrive before the latched robot_description:
         # give it a few seconds rather than failing at once.
         deadline = time.monotonic() + 10.0
@@ -259,6 +289,16 @@ class SystemIdentificationNode(Node):
             time.sleep(0.1)
         if robot is None:
             raise _Fail(IR.EXECUTION_FAILED, f'no robot model: {self._robot_error}')
+        bags = list(goal.bag_paths)
+        strike_given = [b for b in bags if is_strike_bag(b)]
+        scene_path, obj_twin, object_specs, object_note = self._object_twin(
+            robot, config, strike_given)
+        specs, obj_specs = config.split(list(goal.parameter_names), object_specs)
+        if bags and not strike_given and not goal.parameter_names:
+            obj_specs = []      # offline arm bags only: the arm
+        if not specs and not obj_specs:
+            raise _Fail(IR.UNKNOWN_PARAMETER, 'nothing to identify: ' + (object_note or
+                        'no parameters declared'))
         twin = Twin(robot, timestep=self.p_timestep)
         twin.validate_names(list(config.known) + [s.name for s in specs])
         twin.set_parameters(config.known)
@@ -266,67 +306,367 @@ class SystemIdentificationNode(Node):
         if not run_dir:
             import tempfile
             run_dir = tempfile.mkdtemp(prefix='r2s2r_identify_')
-        bags = list(goal.bag_paths)
-        probes = []
+        probes, strike_bags, arm_bags = [], [], []
         if not bags:
-            bags, probes = self._excite(goal_handle, robot, int(goal.num_probes)
-                                        or self.p_num_probes)
+            n_arm = int(goal.num_probes) or self.p_num_probes
+            n_strike = max(0, int(config.strike_probes)) if obj_specs else 0
+            if n_strike:
+                n_arm = max(1, min(n_arm, self.p_max_probes - n_strike))
+                n_strike = min(n_strike, self.p_max_probes - (n_arm if specs else 0))
+            if specs:
+                arm_bags, probes = self._excite(goal_handle, robot, n_arm)
+            if obj_specs and n_strike:
+                strike_bags = self._strike(goal_handle, robot, obj_twin, obj_specs, config,
+                                           scene_path, twin, specs, n_strike)
+                probes += [Path(b).parent.name for b in strike_bags]
+        else:
+            arm_bags = [b for b in bags if b not in strike_given]
+            strike_bags = strike_given if obj_specs else []
+            if not arm_bags and strike_bags and not goal.parameter_names:
+                specs = []      # strike bags only: the objects (arm as last identified)
         self._feedback(goal_handle, 'read_bags', 0.0)
-        recs = [recording_from_bag(b, robot.joint_names, name=f'probe_{i}')
-                for i, b in enumerate(bags)]
-        fit_recs, heldout = (recs[:-1], recs[-1:]) if len(recs) > 1 else (recs, [])
-        self._feedback(goal_handle, 'fit', 0.0)
-        fit = identify(twin, specs, fit_recs, heldout=heldout, nthread=self.p_nthread,
-                       max_iter=self.p_max_iter,
-                       progress=lambda stage, p, r: self._feedback(goal_handle, 'fit', p, r))
-        self._feedback(goal_handle, 'report', 0.95, fit.residual_after)
-        priors = {s.name: s.prior for s in specs}
+        fit = None
+        heldout = []
+        if specs:
+            if not arm_bags:
+                raise _Fail(IR.MISSING_TOPICS, 'the arm parameters need arm probe bags (joint '
+                            'states + commanded trajectory); only strike probe bags were given')
+            recs = [recording_from_bag(b, robot.joint_names, name=f'probe_{i}')
+                    for i, b in enumerate(arm_bags)]
+            # With strike probes the arm is scored on them (held out from its fit); without,
+            # the last arm probe is held out.
+            if len(recs) > 1 and not (obj_specs and strike_bags):
+                fit_recs, heldout = recs[:-1], recs[-1:]
+            else:
+                fit_recs = recs
+            self._feedback(goal_handle, 'fit', 0.0)
+            fit = identify(twin, specs, fit_recs, heldout=heldout, nthread=self.p_nthread,
+                           max_iter=self.p_max_iter,
+                           progress=lambda stage, p, r: self._feedback(goal_handle, 'fit', p, r))
+            with self._lock:
+                self._arm_values = fit.parameters.values()
+        ofit = None
+        if obj_specs:
+            ofit = self._fit_objects(goal_handle, robot, scene_path, obj_specs, config,
+                                     strike_bags, twin, specs, fit)
+        self._feedback(goal_handle, 'report', 0.95,
+                       fit.residual_after if fit else ofit.residual_after)
+        all_bags = [str(b) for b in arm_bags] + [str(b) for b in strike_bags]
         stage = RunDirectory(run_dir).new_stage('identify', inputs={
-            'bag_paths': [str(b) for b in bags], 'live_probes': probes,
-            'heldout': [str(bags[-1])] if heldout else [],
+            'bag_paths': all_bags, 'live_probes': probes,
+            'arm_bags': [str(b) for b in arm_bags],
+            'strike_bags': [str(b) for b in strike_bags],
+            'heldout': [str(arm_bags[-1])] if heldout else (
+                [str(strike_bags[-1])] if len(strike_bags) > 1 else []),
+            'scene': scene_path or '',
         }, parameters={
             'parameters_file': self.p_parameters_file, 'known': config.known,
-            'declared': [vars(s) for s in specs], 'timestep': self.p_timestep,
-            'nthread': self.p_nthread, 'max_iter': self.p_max_iter})
-        params_path = fit.parameters.save(stage.folder / 'parameters.yaml')
-        from ..core.sysid.report import write_report
-        report = write_report(stage.folder / 'report.png', twin, fit,
-                              (heldout or fit_recs)[-1], priors)
+            'declared': [vars(s) for s in specs + obj_specs], 'timestep': self.p_timestep,
+            'nthread': self.p_nthread, 'max_iter': self.p_max_iter,
+            'strike': config.strike, 'object_fit': config.object_fit,
+            'objects_note': object_note})
+        from ..core.parameters import ParameterSet
+        estimates = ParameterSet()
+        for part in (fit.parameters if fit else [], ofit.parameters if ofit else []):
+            for e in part:
+                estimates.add(e)
+        params_path = estimates.save(stage.folder / 'parameters.yaml')
         stage.add_output('parameters', params_path)
-        stage.add_output('report', report)
-        stage.results = {
-            'residual_before': fit.residual_before, 'residual_after': fit.residual_after,
-            'heldout_error_before': fit.heldout_error_before,
-            'heldout_error_after': fit.heldout_error_after, 'fit_wall_s': fit.wall_time,
-            'rollouts': fit.n_rollouts, 'method': fit.method, 'iterations': fit.iterations,
-            'estimates': fit.parameters.to_dict()['parameters']}
+        from ..core.sysid.report import write_object_report, write_report
+        report = None
+        if fit is not None:
+            priors = {s.name: s.prior for s in specs}
+            report = write_report(stage.folder / 'report.png', twin, fit,
+                                  (heldout or fit_recs)[-1], priors)
+            stage.add_output('report', report)
+        if ofit is not None:
+            oreport = write_object_report(stage.folder / 'objects.png', ofit)
+            stage.add_output('object_report', oreport)
+            report = report or oreport
+        stage.results = {'estimates': estimates.to_dict()['parameters']}
+        if fit is not None:
+            stage.results.update({
+                'residual_before': fit.residual_before, 'residual_after': fit.residual_after,
+                'heldout_error_before': fit.heldout_error_before,
+                'heldout_error_after': fit.heldout_error_after, 'fit_wall_s': fit.wall_time,
+                'rollouts': fit.n_rollouts, 'method': fit.method,
+                'iterations': fit.iterations})
+        if ofit is not None:
+            stage.results['objects'] = {
+                'residual_before': ofit.residual_before, 'residual_after': ofit.residual_after,
+                'heldout_error_before_m': ofit.heldout_error_before,
+                'heldout_error_after_m': ofit.heldout_error_after,
+                'heldout_along_before_m': ofit.heldout_along_before,
+                'heldout_along_after_m': ofit.heldout_along_after,
+                'heldout_joint_before': ofit.heldout_joint_before,
+                'heldout_joint_after': ofit.heldout_joint_after,
+                'fit_wall_s': ofit.wall_time, 'rollouts': ofit.n_rollouts,
+                'tracker_noise_m': ofit.tracker_noise, 'dropped': ofit.dropped,
+                'unstruck': ofit.unstruck, 'per_object': ofit.per_object}
         stage.finish()
         msg = PhysicalParameterSet(artifact_dir=str(stage.folder))
         msg.header.stamp = self.get_clock().now().to_msg()
-        for e in fit.parameters:
+        for e in estimates:
             msg.parameters.append(PhysicalParameter(
                 name=e.name, value=e.value, lower_95=e.lower_95, upper_95=e.upper_95,
                 prior=e.prior, unit=e.unit, identified=e.identified))
         self.pub_params.publish(msg)
-        self._push_to_sim(msg)
+        self._push_to_sim(msg, [e.name for e in (ofit.parameters if ofit else [])])
         result.parameters = msg
-        result.residual_before, result.residual_after = fit.residual_before, fit.residual_after
-        result.heldout_error_before = fit.heldout_error_before
-        result.heldout_error_after = fit.heldout_error_after
+        if fit is not None:
+            result.residual_before, result.residual_after = (fit.residual_before,
+                                                             fit.residual_after)
+        else:
+            result.residual_before, result.residual_after = (ofit.residual_before,
+                                                             ofit.residual_after)
+        if heldout or ofit is None:
+            result.heldout_error_before = fit.heldout_error_before
+            result.heldout_error_after = fit.heldout_error_after
+        else:   # the arm (and objects) scored on the held-out strike probe's joints
+            result.heldout_error_before = ofit.heldout_joint_before
+            result.heldout_error_after = ofit.heldout_joint_after
         result.report_path = str(report)
-        self._feedback(goal_handle, 'done', 1.0, fit.residual_after)
+        self._feedback(goal_handle, 'done', 1.0, result.residual_after)
 
-    def _push_to_sim(self, msg: PhysicalParameterSet):
+    # ------------------------------------------------------------------ objects
+    def _object_twin(self, robot, config, strike_bags):
+        """(scene path, twin with the scene, expanded object specs, note why none)."""
+        if not config.object_templates:
+            return None, None, [], ''
+        scene = ''
+        for b in strike_bags:   # offline: the scene the strikes were planned in
+            from ..core.sysid.bags import strike_recording_from_bag
+            info = strike_recording_from_bag(b, robot.joint_names).info
+            if info.get('scene') and Path(info['scene']).is_file():
+                scene = info['scene']
+                break
+        if not scene:
+            scene = self.get_parameter('scene_file').value or ''
+            with self._lock:
+                scene = scene or self._scene_path
+        if not scene:
+            return None, None, [], ('no scene (parameter scene_file or the latched scene topic '
+                                    'of scene_reconstruction): objects not identified')
+        from ..core.sysid.object_fit import ensure_object_priority, strike_objects
+        from ..core.twin import Twin, TwinError
+        try:
+            twin = Twin(robot, scene=scene, timestep=self.p_timestep)
+        except TwinError as exc:
+            raise _Fail(IR.EXECUTION_FAILED, f'scene {scene}: {exc}') from None
+        ensure_object_priority(twin)
+        ids = [o.id for o in strike_objects(twin, {i: ((0, 0, 0), 0.0)
+                                                   for i in twin.object_ids})]
+        if not ids:
+            return scene, twin, [], f'scene {scene} has no box or cylinder object'
+        specs = config.object_specs(ids, twin.get_parameter)
+        return scene, twin, specs, ''
+
+    def _on_scene(self, msg):
+        with self._lock:
+            self._scene_path = msg.mjcf_path
+
+    def _on_tracked(self, msg):
+        with self._lock:
+            self._tracked.append((self.get_clock().now().nanoseconds, msg))
+            if len(self._tracked) > 20000:
+                del self._tracked[:10000]
+
+    def _tracked_poses(self, ids, window: float = 0.4, timeout: float = 3.0):
+        """{id: (xyz, yaw)}: the mean of the tracked poses over the last ``window`` s."""
+        from ..core.sysid.object_fit import quat_yaw
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self.get_clock().now().nanoseconds
+            with self._lock:
+                recent = [m for t, m in self._tracked if now - t <= window * 1e9]
+            if recent or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if not recent:
+            raise _Fail(IR.MISSING_TOPICS, (
+                f'no tracked object poses on {self.p_tracked_topic} within {timeout:.0f} s: '
+                f'object identification needs the object_tracker (real2sim2real_msgs/'
+                f'TrackedObjects) running'))
+        acc: dict[str, list] = {}
+        for m in recent:
+            for oid, pose in zip(m.ids, m.poses):
+                p, q = pose.position, pose.orientation
+                acc.setdefault(oid, []).append(((p.x, p.y, p.z), quat_yaw((q.w, q.x, q.y, q.z))))
+        out = {}
+        for oid, items in acc.items():
+            if oid in ids:
+                yaws = np.array([i[1] for i in items])
+                out[oid] = (np.mean([i[0] for i in items], axis=0),
+                            float(np.arctan2(np.sin(yaws).mean(), np.cos(yaws).mean())))
+        return out
+
+    def _strike(self, goal_handle, robot, twin, specs, config, scene, arm_twin, arm_specs,
+                n: int):
+        """Strike probes through the executor, one bag each (executor recording + tracked
+        poses + the plan); the friction bounds of each probe's plan come from the fit of the
+        probes before it."""
+        from rclpy.serialization import serialize_message as serialize_ros
+
+        from ..core.sysid.bags import strike_recording_from_bag, write_strike_bag
+        from ..core.sysid.object_fit import (
+            ObjectFitOptions,
+            identify_objects,
+            strike_objects,
+            table_region,
+        )
+        from ..core.sysid.object_probes import StrikeConfig, plan_strike_probe
+        from ..core.sysid.probes import ProbeError
+        try:
+            scfg = StrikeConfig.from_dict(config.strike)
+            options = ObjectFitOptions.from_dict(config.object_fit)
+            table = table_region(twin)
+        except ValueError as exc:
+            raise _Fail(IR.INVALID_BOUNDS, f'object identification config: {exc}') from None
+        ids = sorted({s.name.split('/')[1] for s in specs})
+        friction = {oid: (0.2, 0.5, 1.0) for oid in ids}
+        for s in specs:
+            if s.name.endswith('/friction'):
+                friction[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
+        self._apply_arm_values(twin, arm_twin, arm_specs, config)
+        bags, recs, previous, seen = [], [], {}, {}
+        with subscribed(self, TrackedObjects, self.p_tracked_topic, self._on_tracked, qos.STATE,
+                        self._cb):
+            for r in range(n):
+                self._feedback(goal_handle, f'strike {r + 1}/{n}', 0.5 + 0.3 * r / max(n, 1))
+                poses = self._tracked_poses(ids)
+                for oid, (xyz, _) in seen.items():
+                    if oid not in poses:
+                        raise _Fail(IR.EXECUTION_FAILED, (
+                            f'object {oid!r} is lost: no tracked pose after strike probe {r} '
+                            f'(last seen at {np.round(xyz, 3).tolist()}; off the table or out '
+                            f'of view). Put it back and run identify again'))
+                    if poses[oid][0][2] < table.height - 0.02 or not table.inside(
+                            poses[oid][0][:2], 0.0)[0]:
+                        raise _Fail(IR.EXECUTION_FAILED, (
+                            f'object {oid!r} is off the table at '
+                            f'{np.round(poses[oid][0], 3).tolist()} after strike probe {r}'))
+                seen.update(poses)
+                objs = strike_objects(twin, poses)
+                if not objs:
+                    raise _Fail(IR.MISSING_TOPICS, (
+                        f'the tracker reports none of the scene objects {ids} (it reports '
+                        f'{sorted(poses)})'))
+                q = self._current(robot)
+                try:
+                    plan = plan_strike_probe(robot, objs, table, q, friction, scfg,
+                                             previous=previous, name=f'strike_{r}')
+                except ProbeError as exc:
+                    if r == 0:
+                        raise _Fail(IR.EXECUTION_FAILED, f'no strike probe: {exc}') from None
+                    self.get_logger().warning(f'strike probe {r}: {exc}; stopping strikes')
+                    break
+                for oid, why in plan.skipped.items():
+                    self.get_logger().warning(f'strike probe {r}: {oid} not struck: {why}')
+                with self._lock:
+                    self._tracked = []
+                p = plan.probe
+                t_send = self.get_clock().now().nanoseconds
+                bag = self._execute(goal_handle, robot, p.times, p.positions, p.velocities,
+                                    True, p.name)
+                time.sleep(0.3)    # the last frames of the settle time
+                with self._lock:
+                    tracked = [(t, serialize_ros(m)) for t, m in self._tracked
+                               if t >= t_send - 1e9]
+                info = {'strikes': [s.to_dict() for s in plan.strikes], 'scene': scene,
+                        'skipped': plan.skipped, 'round': r, 'strike_config': vars(scfg),
+                        'tracked_topic': self.p_tracked_topic}
+                out = write_strike_bag(bag, Path(bag).parent / 'strike_probe', tracked, info)
+                bags.append(out)
+                recs.append(strike_recording_from_bag(out, robot.joint_names,
+                                                      name=f'strike_{r}'))
+                for s in plan.strikes:
+                    previous[s.object_id] = s.heading
+                if r < n - 1:
+                    self._feedback(goal_handle, f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
+                    try:
+                        f = identify_objects(twin, specs, recs, options=options,
+                                             nthread=self.p_nthread)
+                    except ValueError as exc:
+                        self.get_logger().warning(f'intermediate object fit: {exc}')
+                        continue
+                    for s in specs:
+                        if s.name.endswith('/friction') and f.parameters[s.name].identified:
+                            e = f.parameters[s.name]
+                            friction[s.name.split('/')[1]] = (e.lower_95, e.value, e.upper_95)
+        return bags
+
+    def _apply_arm_values(self, twin, arm_twin, arm_specs, config):
+        """The object twin gets the arm as identified (this goal's fit, else the last one,
+        else the declared priors) and the known controller values."""
+        values = dict(config.known)
+        values.update({s.name: s.prior for s in config.specs})
+        with self._lock:
+            values.update(getattr(self, '_arm_values', {}) or {})
+        if arm_specs:
+            values.update(arm_twin.get_parameters([s.name for s in arm_specs]))
+        twin.set_parameters({k: v for k, v in values.items() if self._twin_has(twin, k)})
+        return values
+
+    @staticmethod
+    def _twin_has(twin, name) -> bool:
+        try:
+            twin.validate_names([name])
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def _fit_objects(self, goal_handle, robot, scene, specs, config, strike_bags, arm_twin,
+                     arm_specs, arm_fit):
+        from ..core.sysid.bags import strike_recording_from_bag
+        from ..core.sysid.object_fit import (
+            ObjectFitOptions,
+            ensure_object_priority,
+            final_object_fits,
+        )
+        from ..core.twin import Twin
+        # A fresh twin: live and offline fits then start from the same state (a twin that
+        # ran the intermediate fits differs in its last bits, which contact outcomes amplify).
+        twin = Twin(robot, scene=scene, timestep=self.p_timestep)
+        ensure_object_priority(twin)
+        if not strike_bags:
+            raise _Fail(IR.MISSING_TOPICS, (
+                'object parameters declared but no strike probe bags (bags with tracked '
+                'object poses and a strike plan) among the inputs'))
+        self._feedback(goal_handle, 'fit objects', 0.8)
+        recs = [strike_recording_from_bag(b, robot.joint_names, name=f'strike_{i}')
+                for i, b in enumerate(strike_bags)]
+        self._apply_arm_values(twin, arm_twin, arm_specs, config)
+        arm_priors = {s.name: s.prior for s in arm_specs} if arm_fit is not None else None
+        try:
+            options = ObjectFitOptions.from_dict(config.object_fit)
+        except (TypeError, ValueError) as exc:
+            raise _Fail(IR.INVALID_BOUNDS, f'object fit options: {exc}') from None
+        try:
+            ofit, _ = final_object_fits(twin, specs, recs, options=options,
+                                        nthread=self.p_nthread, arm_priors=arm_priors)
+        except ValueError as exc:
+            raise _Fail(IR.MISSING_TOPICS, str(exc)) from None
+        for key, why in ofit.dropped.items():
+            self.get_logger().warning(f'strike {key} not used: {why}')
+        return ofit
+
+    def _push_to_sim(self, msg: PhysicalParameterSet, object_names=()):
+        """Arm and object parameters in two calls: a twin without the scene's objects still
+        takes the arm's."""
         if not self._sim_client.service_is_ready():
             self.get_logger().info('sim_server not up: parameters not pushed to the twin')
             return
-        done = threading.Event()
-        future = self._sim_client.call_async(
-            SetPhysicalParameters.Request(parameters=list(msg.parameters)))
-        future.add_done_callback(lambda _f: done.set())
-        if not done.wait(5.0) or not future.result().success:
-            why = 'no answer' if not done.is_set() else future.result().message
-            self.get_logger().warning(f'pushing parameters to the twin failed: {why}')
+        objects = set(object_names)
+        for part in ([p for p in msg.parameters if p.name not in objects],
+                     [p for p in msg.parameters if p.name in objects]):
+            if not part:
+                continue
+            done = threading.Event()
+            future = self._sim_client.call_async(SetPhysicalParameters.Request(parameters=part))
+            future.add_done_callback(lambda _f, d=done: d.set())
+            if not done.wait(5.0) or not future.result().success:
+                why = 'no answer' if not done.is_set() else future.result().message
+                self.get_logger().warning(f'pushing parameters to the twin failed: {why}')
 
     # ------------------------------------------------------------------ excitation
     def _current(self, robot) -> np.ndarray:

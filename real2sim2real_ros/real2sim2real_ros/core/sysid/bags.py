@@ -29,7 +29,8 @@ import numpy as np
 from ..bag_io import BagError, BagReader
 from .fit import Recording
 
-__all__ = ['BagRecordingError', 'MissingTopicsError', 'recording_from_bag']
+__all__ = ['STRIKE_INFO_TOPIC', 'BagRecordingError', 'MissingTopicsError', 'is_strike_bag',
+           'recording_from_bag', 'strike_recording_from_bag', 'write_strike_bag']
 
 JOINT_STATE_TYPE = 'sensor_msgs/msg/JointState'
 TRAJECTORY_TYPE = 'trajectory_msgs/msg/JointTrajectory'
@@ -134,3 +135,108 @@ def recording_from_bag(path, joint_names, *, joint_states_topic: str | None = No
     ref0 = traj_pos[0] if traj_times[0] == 0.0 else q0
     return Recording(times, q, q0, traj_times, traj_pos, traj_vel, None, ref0,
                      name=name or path.name)
+
+
+# ------------------------------------------------------------------ strike probes
+
+TRACKED_TYPE = 'real2sim2real_msgs/msg/TrackedObjects'
+INFO_TYPE = 'std_msgs/msg/String'
+STRIKE_INFO_TOPIC = '/system_identification/strike_probe'
+
+
+def write_strike_bag(executor_bag, out_path, tracked, info: dict,
+                     tracked_topic: str = '/tracked_objects') -> Path:
+    """The probe bag of one strike execution: every message of the executor's recording
+    (command, joint states), the tracked object poses received meanwhile, and the strike
+    plan (``info``: JSON on ``STRIKE_INFO_TOPIC``), so that identification from the bag alone
+    reproduces the live run.
+
+    tracked: [(receive time ns, CDR bytes or a dict of the message)].
+    """
+    import json
+
+    from ..bag_io import BagWriter
+    out_path = Path(out_path)
+    src = BagReader(Path(executor_bag))
+    with src, BagWriter(out_path) as bag:
+        first = None
+        for name, t in src.topics.items():
+            bag.add_topic(name, t.msgtype, t.offered_qos or None)
+        for topic, _, ts, raw in src.messages():
+            first = ts if first is None else first
+            bag.write_raw(topic, ts, raw)
+        bag.add_topic(tracked_topic, TRACKED_TYPE)
+        for ts, msg in tracked:
+            if isinstance(msg, (bytes, bytearray, memoryview)):
+                bag.write_raw(tracked_topic, int(ts), msg)
+            else:
+                bag.write(tracked_topic, int(ts), msg)
+        bag.add_topic(STRIKE_INFO_TOPIC, INFO_TYPE)
+        bag.write(STRIKE_INFO_TOPIC, int(first or 0), {'data': json.dumps(info)})
+    return out_path
+
+
+def is_strike_bag(path) -> bool:
+    """A bag written by :func:`write_strike_bag` (it carries the strike plan)."""
+    try:
+        with BagReader(Path(path)) as reader:
+            return STRIKE_INFO_TOPIC in reader.topics
+    except (BagError, OSError, ValueError):
+        return False
+
+
+def strike_recording_from_bag(path, joint_names, *, name: str | None = None):
+    """A StrikeRecording (core/sysid/object_fit.py) from a strike probe bag: the joints and
+    command as :func:`recording_from_bag` reads them, the tracked poses on the same time axis
+    (header stamp - the command's start stamp), the strikes and the plan's metadata.
+
+    Raises MissingTopicsError when the bag has no tracked poses or no strike plan."""
+    import json
+
+    from .object_fit import ObjectTrack, StrikeRecording, quat_yaw
+    from .object_probes import StrikeInfo
+    path = Path(path)
+    rec = recording_from_bag(path, joint_names, name=name)
+    try:
+        reader = BagReader(path)
+    except (BagError, OSError, ValueError) as exc:
+        raise MissingTopicsError(f'cannot read bag {path}: {exc}') from None
+    with reader:
+        topics = reader.topics
+        tr_topic = _pick_topic(topics, TRACKED_TYPE, None, path)
+        if STRIKE_INFO_TOPIC not in topics:
+            raise MissingTopicsError(f'bag {path} has no strike plan ({STRIKE_INFO_TOPIC}): not '
+                                     f'a strike probe bag')
+        if tr_topic is None:
+            raise MissingTopicsError(
+                f'bag {path} has no tracked object poses ({TRACKED_TYPE} messages): the '
+                f'object tracker published nothing during the strikes')
+        traj_topic = _pick_topic(topics, TRAJECTORY_TYPE, None, path)
+        info, t_start, t_send, rows = None, None, None, []
+        for topic, msgtype, ts, raw in reader.messages([STRIKE_INFO_TOPIC, tr_topic,
+                                                        traj_topic]):
+            msg = reader.deserialize(raw, msgtype)
+            if topic == STRIKE_INFO_TOPIC:
+                info = json.loads(msg.data)
+            elif topic == traj_topic:
+                if t_start is None:
+                    t_start, t_send = _stamp(msg.header.stamp), ts * 1e-9
+            else:
+                rows.append((ts * 1e-9, _stamp(msg.header.stamp), msg))
+    if t_start is None:
+        raise MissingTopicsError(f'bag {path} has no commanded trajectory')
+    tracks: dict[str, list] = {}
+    for recv, stamp, msg in rows:
+        t = stamp - t_start if t_start > 0 and stamp > 0 else recv - t_send
+        for oid, pose in zip(msg.ids, msg.poses):
+            p, q = pose.position, pose.orientation
+            tracks.setdefault(oid, []).append(
+                (t, (p.x, p.y, p.z), quat_yaw((q.w, q.x, q.y, q.z))))
+    out = {}
+    for oid, items in tracks.items():
+        items.sort(key=lambda x: x[0])
+        out[oid] = ObjectTrack(np.array([i[0] for i in items]),
+                               np.array([i[1] for i in items], float),
+                               np.array([i[2] for i in items], float))
+    strikes = [StrikeInfo.from_dict(s) for s in info.get('strikes', [])]
+    return StrikeRecording(rec, out, strikes, name or path.name, info)

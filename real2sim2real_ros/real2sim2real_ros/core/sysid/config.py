@@ -4,6 +4,15 @@ Format (config/identification.yaml)::
 
     known: {actuator/elbow_joint/kp: 2000.0, ...}          # fixed, not identified
     parameters: [{name, prior, lower, upper[, unit, scale]}, ...]
+    objects:                                                # optional: object identification
+      parameters: [{name: 'geom/{id}/friction', prior, lower, upper}, ...]   # per scene object
+      strike_probes: 3                                      # strike probe executions
+      strike: {...}                                         # StrikeConfig fields
+      fit: {...}                                            # ObjectFitOptions fields
+
+Object parameter templates name ``{id}``, the id of each object of the twin's scene (boxes and
+cylinders); ``prior: scene`` takes the scene's value (the reconstructed mass), clipped into
+the bounds.
 
 A parameter-set file written by identification (``parameters: [{name, value, lower_95, ...}]``)
 is read by :func:`load_parameter_values` too, so sim_server starts from either.
@@ -27,10 +36,45 @@ __all__ = ['IdentificationConfig', 'load_identification_config', 'load_parameter
 
 
 class IdentificationConfig:
-    def __init__(self, specs: list[ParameterSpec], known: dict[str, float], source: str = ''):
+    def __init__(self, specs: list[ParameterSpec], known: dict[str, float], source: str = '',
+                 objects: dict | None = None):
         self.specs = specs
         self.known = known
         self.source = source
+        objects = objects or {}
+        self.object_templates: list[dict] = list(objects.get('parameters') or [])
+        self.strike_probes = int(objects.get('strike_probes', 3))
+        self.strike = dict(objects.get('strike') or {})
+        self.object_fit = dict(objects.get('fit') or {})
+
+    def object_specs(self, object_ids, scene_value=None) -> list[ParameterSpec]:
+        """The object templates expanded for ``object_ids``; ``scene_value(name)`` gives the
+        scene's value for ``prior: scene``."""
+        out = []
+        for oid in object_ids:
+            for t in self.object_templates:
+                d = dict(t)
+                d['name'] = str(t['name']).replace('{id}', oid)
+                if d.get('prior') == 'scene':
+                    if scene_value is None:
+                        raise ParameterError(f"{d['name']}: prior 'scene' needs the scene")
+                    v = float(scene_value(d['name']))
+                    d['prior'] = min(max(v, float(d['lower'])), float(d['upper']))
+                out.append(ParameterSpec.from_dict(d))
+        return out
+
+    def split(self, names, object_specs: list[ParameterSpec]):
+        """(arm specs, object specs) for the goal's ``names`` (empty: everything declared)."""
+        if not names:
+            return list(self.specs), list(object_specs)
+        arm = {s.name: s for s in self.specs}
+        obj = {s.name: s for s in object_specs}
+        missing = [n for n in names if n not in arm and n not in obj]
+        if missing:
+            raise UnknownParameterError(
+                f'parameter(s) {missing} are not declared in {self.source or "the config"}; '
+                f'declared: {list(arm) + list(obj)}')
+        return [arm[n] for n in names if n in arm], [obj[n] for n in names if n in obj]
 
     def select(self, names) -> list[ParameterSpec]:
         """The declared specs for ``names`` (empty: all), in the given order."""
@@ -80,8 +124,23 @@ def _known(data: dict, path) -> dict[str, float]:
 def load_identification_config(path) -> IdentificationConfig:
     """Raises ParameterError (InvalidBoundsError, UnknownParameterError for bad names)."""
     data = _read(path)
+    objects = data.get('objects') or {}
+    if not isinstance(objects, dict):
+        raise ParameterError(f'{path}: objects must be a mapping (parameters, strike_probes, '
+                             f'strike, fit)')
+    extra = sorted(set(objects) - {'parameters', 'strike_probes', 'strike', 'fit'})
+    if extra:
+        raise ParameterError(f'{path}: objects: unknown field(s) {extra}')
+    for t in objects.get('parameters') or []:
+        if not isinstance(t, dict) or '{id}' not in str(t.get('name', '')):
+            raise ParameterError(f"{path}: objects.parameters entries need a name with '{{id}}':"
+                                 f' {t!r}')
+        probe = dict(t, name=str(t['name']).replace('{id}', 'x'))
+        if probe.get('prior') == 'scene':
+            probe['prior'] = probe.get('lower')
+        ParameterSpec.from_dict(probe)       # validates bounds and fields now
     return IdentificationConfig(load_parameter_specs(data.get('parameters') or []),
-                                _known(data, path), str(path))
+                                _known(data, path), str(path), objects)
 
 
 def load_parameter_values(path) -> dict[str, float]:

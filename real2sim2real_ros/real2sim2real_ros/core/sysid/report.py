@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ['write_report']
+__all__ = ['write_object_report', 'write_report']
 
 
 def write_report(path, twin, fit, recording, priors: dict[str, float],
@@ -61,6 +61,64 @@ def write_report(path, twin, fit, recording, priors: dict[str, float],
                        rotation=60, fontsize=6)
     ax.set_ylabel('estimate / ' + ('truth' if truth else 'prior'), fontsize=8)
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_object_report(path, fit, max_strikes: int = 8) -> Path:
+    """PNG of an object identification (core/sysid/object_fit.py ObjectFitResult): per
+    strike, the tracked path of the object (dots) against the twin's with the priors and with
+    the estimates (top view, the start marked), held-out strikes titled so; then the
+    estimates with their 95% intervals relative to the priors."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    strikes = fit.strikes[:max_strikes]
+    n = max(1, len(strikes))
+    cols = min(4, n)
+    rows = (n + cols - 1) // cols
+    fig = plt.figure(figsize=(3.2 * cols, 3.0 * rows + 2.6))
+    for i, s in enumerate(strikes):
+        ax = fig.add_subplot(rows + 1, cols, i + 1)
+        ax.plot(1e3 * (s.observed[:, 0] - s.start[0]), 1e3 * (s.observed[:, 1] - s.start[1]),
+                'k.', ms=4, label='tracked')
+        ax.plot(1e3 * (s.prior[:, 0] - s.start[0]), 1e3 * (s.prior[:, 1] - s.start[1]),
+                '-', color='tab:orange', label='twin, priors')
+        ax.plot(1e3 * (s.fitted[:, 0] - s.start[0]), 1e3 * (s.fitted[:, 1] - s.start[1]),
+                '-', color='tab:blue', label='twin, estimates')
+        ax.plot([0], [0], 'kx')
+        ax.set_aspect('equal', adjustable='datalim')
+        ax.set_title(f'{s.recording} {s.object_id}{" (held out)" if s.heldout else ""}',
+                     fontsize=8)
+        ax.tick_params(labelsize=6)
+        ax.set_xlabel('x [mm]', fontsize=7)
+        if i == 0:
+            ax.legend(fontsize=6)
+    ax = fig.add_subplot(rows + 1, 1, rows + 1)
+    est = list(fit.parameters)
+    ref = np.array([e.prior if e.prior else 1.0 for e in est])
+    val = np.array([e.value for e in est]) / ref
+    lo = np.array([e.lower_95 for e in est]) / ref
+    hi = np.array([e.upper_95 for e in est]) / ref
+    x = np.arange(len(est))
+    colors = ['tab:blue' if e.identified else 'tab:gray' for e in est]
+    for k in range(len(est)):
+        ax.errorbar([x[k]], [val[k]], yerr=[[val[k] - lo[k]], [hi[k] - val[k]]], fmt='o',
+                    capsize=3, color=colors[k])
+    ax.axhline(1.0, color='k', lw=0.8)
+    ax.set_xticks(x)
+    ax.set_xticklabels([e.name + ('' if e.identified else ' (not identified)') for e in est],
+                       rotation=20, fontsize=6)
+    ax.set_ylabel('estimate / prior', fontsize=8)
+    ax.set_title(f'held-out rest error {1e3 * fit.heldout_error_before:.1f} -> '
+                 f'{1e3 * fit.heldout_error_after:.1f} mm (along the path '
+                 f'{1e3 * fit.heldout_along_before:.1f} -> {1e3 * fit.heldout_along_after:.1f}'
+                 f' mm)', fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)

@@ -1,0 +1,690 @@
+"""Fit the objects' sliding friction and mass to strike probes (ROS-free).
+
+Every strike (core/sysid/object_probes.py) is replayed in the twin: from the arm's measured
+rest state behind the object and every object's tracked rest pose before the push, the
+executed command from the end of the rest on (``Twin.rollout``, batched over parameter
+samples), until the object has stopped. Per object (``geom/<id>/friction``,
+``body/<id>/mass``), over all its strikes:
+
+* friction, from the object's path: the tracked position along the path minus the simulated
+  one, each frame while it moves and the mean of the rest frames (one residual per strike),
+  scaled by sqrt(tracker noise^2 [/ n rest frames] + model error^2). The model error is a
+  per-strike budget (``model_error`` x the slide + ``model_error_abs``): the twin does not
+  reproduce a strike exactly (unknown centre of mass offsets, rounded edges, contact
+  softness); a strike's frames share it, so together they weigh as one residual. The
+  cross-track direction carries no friction information (a centre of mass offset bends the
+  path) and is left out. A twin sample in which the object tips over is far off;
+* mass, from the joints given the friction: measured minus simulated joint positions from the
+  push to 0.25 s after the release, scaled by the joint noise (from the rest before the push).
+  The object loads the arm with m (a + mu g) while it rides the tool;
+* friction again, given the mass.
+
+Search: each parameter on its own (the other fixed) by batched grids (log-spaced over the
+bounds, then finer around the best, then the parabola's vertex) -- one ``mujoco.rollout`` batch
+per strike and stage, robust to the small-scale roughness of contact outcomes on which finite
+differences and derivative-based steps (``mujoco.minimize``, CMA-ES's step-size adaptation on
+2 dimensions) were slower and no better here.
+
+95% intervals: friction from the Gauss-Newton curvature of its residuals (Student-t when
+their scatter exceeds the budget) combined with ``systematic_error`` x the value, the part of
+the model error that all strikes of an object share (measured on emulated cells with known
+truth: 8% RMS); mass from the joints' curvature, inflated by the residuals' autocorrelation
+and chi^2, plus the friction's uncertainty carried through m (a + mu g) and
+``mass_model_error``. A parameter whose half width exceeds ``identified_fraction`` of its value
+(or half its range) is reported with identified=false and its bounds as the interval (value:
+the estimate, or the prior when the data hold nothing). An object no usable strike reached
+keeps its prior with identified=false.
+
+Strikes in which the object tipped over, left the table / the camera's view or was not
+tracked are dropped and named. :func:`final_object_fits` reports the fit on all strike
+probes, validated by the fit without the last one scored on it (held-out rest position error
+before/after, along the path too, and the joints during the pushes).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import mujoco
+import numpy as np
+
+from ..parameters import ParameterEstimate, ParameterSet, ParameterSpec
+from ..twin import Twin, UnstableTwinError
+from .fit import Recording
+from .object_probes import StrikeInfo, StrikeObject, TableRegion
+
+__all__ = ['ObjectDataError', 'ObjectFitOptions', 'ObjectFitResult', 'ObjectTrack',
+           'StrikeRecording', 'ensure_object_priority', 'final_object_fits', 'identify_objects',
+           'object_parameter_names', 'strike_objects', 'table_region']
+
+G = 9.81
+
+
+class ObjectDataError(ValueError):
+    """Strike recordings that cannot be fitted (no tracked poses, object lost)."""
+
+
+@dataclass
+class ObjectTrack:
+    """Tracked poses of one object on a recording's time axis."""
+
+    times: np.ndarray          # (n,) s
+    positions: np.ndarray      # (n, 3) m
+    yaws: np.ndarray           # (n,) rad
+
+    def window(self, t0: float, t1: float):
+        k = (self.times >= t0) & (self.times <= t1)
+        return self.times[k], self.positions[k], self.yaws[k]
+
+
+@dataclass
+class StrikeRecording:
+    """One strike probe execution: joints + command (``recording``), object tracks, strikes."""
+
+    recording: Recording
+    tracks: dict[str, ObjectTrack]
+    strikes: list[StrikeInfo]
+    name: str = 'strike'
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class ObjectFitOptions:
+    tracker_noise: float = 0.0025      # m, 1 sigma of one tracked position (prior value)
+    estimate_tracker_noise: bool = True   # from the scatter of the rest frames when >= 8
+    model_error: float = 0.10          # fraction of the slide, per strike
+    model_error_abs: float = 0.005     # m, per strike
+    systematic_error: float = 0.08     # fraction of the friction common to an object's strikes
+    lead: float = 0.15                 # s of rest simulated before the push
+    joint_window: float = 0.25         # s after the release
+    grid: int = 9                      # first search: values log-spaced over the bounds
+    mass_model_error: float = 0.05     # fraction of the mass: the push model's budget
+    identified_fraction: float = 0.25  # half width / value above which: not identified
+    tip_tolerance: float = 0.012       # m of height change: the object tipped over
+    seed: int = 0
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> ObjectFitOptions:
+        d = dict(d or {})
+        known = set(cls.__dataclass_fields__)
+        extra = sorted(set(d) - known)
+        if extra:
+            raise ValueError(f'object fit options: unknown field(s) {extra}; known '
+                             f'{sorted(known)}')
+        return cls(**d)
+
+
+@dataclass
+class StrikeFit:
+    """One strike as fitted (for reports): observed and simulated paths of the object."""
+
+    recording: str
+    object_id: str
+    times: np.ndarray
+    observed: np.ndarray       # (n, 2)
+    prior: np.ndarray          # (n, 2) simulated with the priors
+    fitted: np.ndarray         # (n, 2) simulated with the estimates
+    start: np.ndarray
+    heldout: bool = False
+
+
+@dataclass
+class ObjectFitResult:
+    parameters: ParameterSet
+    residual_before: float         # RMS of the normalised residuals at the priors
+    residual_after: float
+    heldout_error_before: float    # m, RMS rest-position error of held-out strikes
+    heldout_error_after: float
+    heldout_joint_before: float    # rad, RMS joint error over held-out strikes
+    heldout_joint_after: float
+    heldout_along_before: float    # m, RMS along-track rest error of held-out strikes
+    heldout_along_after: float
+    wall_time: float
+    n_rollouts: int
+    dropped: dict[str, str]        # '<recording>/<object>' -> why the strike was not used
+    unstruck: list[str]            # declared objects no strike touched
+    tracker_noise: float           # m, the value used
+    strikes: list[StrikeFit] = field(default_factory=list)
+    per_object: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ scene helpers
+
+def object_parameter_names(object_id: str) -> tuple[str, str]:
+    return f'geom/{object_id}/friction', f'body/{object_id}/mass'
+
+
+def _object_geoms(twin: Twin) -> dict[str, list[int]]:
+    m = twin.model
+    out = {}
+    for oid, qadr in zip(twin.object_ids, twin._obj_qadr):
+        j = int(np.flatnonzero(m.jnt_qposadr == qadr)[0])
+        body = int(m.jnt_bodyid[j])
+        out[oid] = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body
+                    and m.geom_contype[g] | m.geom_conaffinity[g]]
+    return out
+
+
+def ensure_object_priority(twin: Twin) -> list[str]:
+    """Give every object geom a contact priority above the other geoms (as the emulated cell
+    does), so its friction rules its contacts (MuJoCo takes the maximum of two equal-priority
+    geoms' frictions: the table's would mask a low object friction). Returns the ids changed."""
+    m = twin.model
+    geoms = _object_geoms(twin)
+    obj = {g for gs in geoms.values() for g in gs}
+    others = [int(m.geom_priority[g]) for g in range(m.ngeom) if g not in obj]
+    top = max(others, default=0)
+    changed = []
+    for oid, gs in geoms.items():
+        if any(m.geom_priority[g] <= top for g in gs):
+            m.geom_priority[gs] = top + 1
+            changed.append(oid)
+    return changed
+
+
+def strike_objects(twin: Twin, poses: dict) -> list[StrikeObject]:
+    """StrikeObjects (geometry from the twin's scene, poses {id: (xyz, yaw)} measured) for
+    the objects that are boxes or cylinders; others are left out."""
+    m = twin.model
+    out = []
+    for oid, gs in _object_geoms(twin).items():
+        if oid not in poses or len(gs) != 1:
+            continue
+        g = gs[0]
+        size = m.geom_size[g]
+        if m.geom_type[g] == mujoco.mjtGeom.mjGEOM_BOX:
+            shape, ext = 'box', (2 * size[0], 2 * size[1], 2 * size[2])
+        elif m.geom_type[g] == mujoco.mjtGeom.mjGEOM_CYLINDER:
+            shape, ext = 'cylinder', (2 * size[0], 2 * size[0], 2 * size[1])
+        else:
+            continue
+        xyz, yaw = poses[oid]
+        out.append(StrikeObject(oid, shape, tuple(float(e) for e in ext),
+                                np.asarray(xyz, float)[:2].copy(), float(yaw),
+                                float(np.asarray(xyz, float)[2])))
+    return out
+
+
+def table_region(twin: Twin, name: str = 'table') -> TableRegion:
+    """The table top (an axis-aligned box geom named ``table``) of the twin's scene."""
+    m = twin.model
+    g = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, name)
+    if g < 0 or m.geom_type[g] != mujoco.mjtGeom.mjGEOM_BOX:
+        raise ValueError(f"the twin's scene has no box geom named {name!r} (the table)")
+    data = mujoco.MjData(m)
+    mujoco.mj_forward(m, data)
+    rot = data.geom_xmat[g].reshape(3, 3)
+    half = np.abs(rot) @ m.geom_size[g]
+    c = data.geom_xpos[g]
+    return TableRegion(c[:2].copy(), 2 * half[:2], float(c[2] + half[2]))
+
+
+def quat_yaw(q) -> float:
+    w, x, y, z = q
+    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+def yaw_quat(yaw: float) -> np.ndarray:
+    return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+
+
+def _mean_yaw(yaws) -> float:
+    return float(np.arctan2(np.mean(np.sin(yaws)), np.mean(np.cos(yaws))))
+
+
+# ------------------------------------------------------------------ segments
+
+@dataclass
+class _Segment:
+    rec_name: str
+    object_id: str
+    info: StrikeInfo
+    q0: np.ndarray
+    ref0: np.ndarray
+    traj_times: np.ndarray
+    traj_pos: np.ndarray
+    traj_vel: np.ndarray | None
+    duration: float
+    poses0: dict
+    p0: np.ndarray                 # struck object's xy before the push
+    u: np.ndarray                  # along-track unit vector
+    obs_t: np.ndarray              # shifted times of the object samples (after the push)
+    obs_xy: np.ndarray
+    rest: np.ndarray               # bool mask over obs samples
+    joint_t: np.ndarray
+    joint_q: np.ndarray
+    joint_sigma: np.ndarray        # per joint
+    slide: float                   # observed slide length (travel minus the push), m
+    z0: float = 0.0                # the object's height before the push
+
+
+def _segments(srec: StrikeRecording, options: ObjectFitOptions, mu_lo: dict,
+              dropped: dict) -> list[_Segment]:
+    rec = srec.recording
+    out = []
+    for info in srec.strikes:
+        key = f'{srec.name}/{info.object_id}'
+        track = srec.tracks.get(info.object_id)
+        t_s = info.t_push - options.lead
+        if track is None or track.times.size == 0:
+            dropped[key] = f'no tracked poses of {info.object_id!r} in {srec.name}'
+            continue
+        # At rest since the last strike: the latest frames before the push (right before it
+        # the tool behind the object may hide it from the camera).
+        tb, pb, yb = (a[-5:] for a in track.window(t_s - 4.0, t_s))
+        if tb.size == 0:
+            dropped[key] = (f'{info.object_id!r} was not tracked in the 4 s before the push '
+                            f'(hidden by the arm, or out of view)')
+            continue
+        slide_time = info.speed / (max(mu_lo.get(info.object_id, 0.2), 0.05) * G) + 0.15
+        t_stop = min(info.t_end, info.t_release + slide_time + 0.45)
+        # At rest after the slide until the next strike of the probe moves anything: frames
+        # after the settle time count too (the arm may hide the object until it leaves).
+        later = [s.t_push for s in srec.strikes if s.t_push > info.t_push]
+        t_last = min(later) if later else np.inf
+        ta, pa, _ = track.window(info.t_push + 1e-6, t_last)
+        after = ta >= info.t_release + 0.1
+        if after.sum() < 1:
+            dropped[key] = (f'{info.object_id!r} was lost after the strike: no tracked pose '
+                            f'after the release (it left the table or the camera view; last '
+                            f'seen at {np.round(track.positions[-1], 3).tolist()})')
+            continue
+        rest = ta >= info.t_release + slide_time
+        if rest.sum() < 2:
+            rest = np.zeros(ta.size, bool)
+            rest[np.flatnonzero(after)[-2:]] = True
+        z0 = float(np.mean(pb[:, 2]))
+        z_rest = float(np.mean(pa[rest, 2]))
+        if abs(z_rest - z0) > options.tip_tolerance:
+            dropped[key] = (f'{info.object_id!r} tipped over or fell (height {z0:.3f} -> '
+                            f'{z_rest:.3f} m)')
+            continue
+        p0 = pb[:, :2].mean(axis=0)
+        rest_xy = pa[rest, :2].mean(axis=0)
+        moved = rest_xy - p0
+        heading = np.array([np.cos(info.heading), np.sin(info.heading)])
+        u = moved / np.linalg.norm(moved) if np.linalg.norm(moved) > 0.01 else heading
+        s_push = info.push_length or info.speed ** 2 / (2 * info.accel)
+        slide = max(float(np.linalg.norm(moved)) - s_push, 0.01)
+        # Every object's rest pose before the push (the scene's pose when never tracked).
+        poses0 = {}
+        for oid, tr in srec.tracks.items():
+            tt, pp, yy = (a[-5:] for a in tr.window(t_s - 4.0, t_s))
+            if tt.size == 0:
+                before = tr.times <= t_s
+                if not before.any():
+                    continue
+                pp, yy = tr.positions[before][-1:], tr.yaws[before][-1:]
+            poses0[oid] = (pp.mean(axis=0), yaw_quat(_mean_yaw(yy)))
+        # Arm at rest behind the object: q0 from the samples just before t_s.
+        kq = (rec.times >= t_s - 0.1) & (rec.times <= t_s)
+        kn = (rec.times >= info.t_push - 0.35) & (rec.times <= info.t_push - 0.02)
+        if kq.sum() < 2 or kn.sum() < 5:
+            dropped[key] = f'too few joint states around the push of {info.object_id!r}'
+            continue
+        q0 = rec.positions[kq].mean(axis=0)
+        sigma = np.maximum(rec.positions[kn].std(axis=0), 5e-5)
+        tt = rec.traj_times
+        first = int(np.searchsorted(tt, info.t_push - 1e-6))
+        last = int(np.searchsorted(tt, info.t_end + 1e-6)) + 1
+        sel = slice(first, min(last, tt.size))
+        ref0 = rec.traj_positions[first]
+        kj = (rec.times >= info.t_push - 0.02) & \
+             (rec.times <= info.t_release + options.joint_window)
+        out.append(_Segment(
+            srec.name, info.object_id, info, q0, ref0, tt[sel] - t_s, rec.traj_positions[sel],
+            None if rec.traj_velocities is None else rec.traj_velocities[sel],
+            t_stop - t_s, poses0, p0, u, ta - t_s, pa[:, :2], rest,
+            rec.times[kj] - t_s, rec.positions[kj], sigma, slide, z0))
+        seg = out[-1]
+        seg.obs_t = np.minimum(seg.obs_t, seg.duration)    # at rest by the simulated end
+    return out
+
+
+# ------------------------------------------------------------------ the problem
+
+def _simulate(twin: Twin, seg: _Segment, samples: list[dict], nthread: int,
+              joints_only: bool = False):
+    """(object xy (k, n_obs, 2), joints (k, n_joint, nj)) of one strike per sample."""
+    obs_t = np.zeros(0) if joints_only else seg.obs_t
+    times = np.concatenate([obs_t, seg.joint_t])
+    duration = float(seg.joint_t.max()) + 0.01 if joints_only else seg.duration
+    res = twin.rollout(seg.q0, None, seg.traj_times, seg.traj_pos, param_samples=samples,
+                       nthread=nthread, traj_velocities=seg.traj_vel, duration=duration,
+                       reference_start=seg.ref0, object_poses=seg.poses0, sample_times=times)
+    k = res.object_ids.index(seg.object_id)
+    n = obs_t.size
+    return res.object_poses[:, :n, k, :3], res.positions[:, n:]
+
+
+class _Residual:
+    """Normalised residuals of one object's strikes as a function of ONE parameter (the
+    others fixed). block 'object': along-track positions; 'joints': joint positions."""
+
+    def __init__(self, twin, segs, name: str, fixed: dict, block: str, sigma_track: float,
+                 options: ObjectFitOptions, nthread: int):
+        self.twin, self.segs, self.name, self.fixed = twin, segs, name, dict(fixed)
+        self.block, self.sigma_track, self.options, self.nthread = (block, sigma_track,
+                                                                   options, nthread)
+        self.n_rollouts = 0
+
+    def __call__(self, values) -> np.ndarray:
+        values = np.atleast_1d(np.asarray(values, float)).reshape(-1)
+        samples = [{**self.fixed, self.name: float(v)} for v in values]
+        out = []
+        o = self.options
+        for seg in self.segs:
+            xy, q = _simulate(self.twin, seg, samples, self.nthread,
+                              joints_only=self.block == 'joints')
+            self.n_rollouts += len(samples)
+            if self.block == 'joints':
+                out.append(((q - seg.joint_q[None]) / seg.joint_sigma).reshape(len(samples), -1))
+                continue
+            along = (xy[..., :2] - seg.p0) @ seg.u              # (k, n)
+            obs = (seg.obs_xy - seg.p0) @ seg.u
+            sm = o.model_error * seg.slide + o.model_error_abs
+            # A twin that tips the object over (the cell's stayed upright) is far off.
+            tipped = np.abs(xy[:, seg.rest, 2].mean(axis=1) - seg.z0) > o.tip_tolerance
+            along = np.where(tipped[:, None], along + 1.0, along)
+            moving = ~seg.rest
+            if moving.any():
+                # The model error is common to a strike's frames: together they weigh as one.
+                n_mov = int(moving.sum())
+                out.append((along[:, moving] - obs[moving]) /
+                           np.sqrt(self.sigma_track ** 2 + n_mov * sm ** 2))
+            n_rest = int(seg.rest.sum())
+            d = along[:, seg.rest].mean(axis=1) - obs[seg.rest].mean()
+            out.append((d / np.sqrt(self.sigma_track ** 2 / n_rest + sm ** 2))[:, None])
+        return np.concatenate(out, axis=1).T                   # (m, k)
+
+    def jacobian(self, value: float, lower: float, upper: float, rel: float = 0.02):
+        """(r, dr/dvalue) by a forward difference of ``rel`` x value (contact outcomes are not
+        smooth at small steps), inward at the upper bound."""
+        h = rel * max(abs(value), 1e-3)
+        if value + h > upper:
+            h = -h
+        r = self([value, value + h])
+        return r[:, 0], (r[:, 1] - r[:, 0]) / h
+
+
+def _fit_1d(res: _Residual, spec: ParameterSpec, start: float | None, grid: int) -> float:
+    """Batched 1-D search: a log-spaced grid over the bounds (around ``start`` when given), a
+    finer grid between the best point's neighbours, then the vertex of the parabola through
+    the best three (in log space). One batched rollout per strike and stage; robust to the
+    small-scale roughness of contact outcomes that trips derivative-based steps."""
+    lo, hi = max(spec.lower, 1e-3 * spec.upper), spec.upper
+    if start is None:
+        g = np.geomspace(lo, hi, grid)
+    else:
+        g = np.clip(start * np.exp(np.linspace(-0.25, 0.25, max(5, grid // 2 + 1))), lo, hi)
+        g = np.unique(g)
+    costs = dict(zip(g, np.sum(res(g) ** 2, axis=0)))
+    for _ in range(2):
+        xs = np.array(sorted(costs))
+        k = int(np.argmin([costs[x] for x in xs]))
+        a, b = xs[max(k - 1, 0)], xs[min(k + 1, xs.size - 1)]
+        fine = np.geomspace(a, b, 6)[1:-1]
+        fine = fine[~np.isin(fine, xs)]
+        if fine.size:
+            costs.update(zip(fine, np.sum(res(fine) ** 2, axis=0)))
+    xs = np.array(sorted(costs))
+    c = np.array([costs[x] for x in xs])
+    k = int(np.argmin(c))
+    if 0 < k < xs.size - 1:
+        lx = np.log(xs[k - 1:k + 2])
+        p = np.polyfit(lx, c[k - 1:k + 2], 2)
+        if p[0] > 0:
+            v = float(np.exp(-p[1] / (2 * p[0])))
+            if xs[k - 1] <= v <= xs[k + 1]:
+                return v
+    return float(xs[k])
+
+
+def _z(dof: int, estimated: bool) -> float:
+    if not estimated:
+        return 1.959963984540054
+    from scipy import stats
+    return float(stats.t.ppf(0.975, max(1, dof)))
+
+
+def _autocorrelation_factor(r: np.ndarray, segs: list[_Segment]) -> float:
+    """(1 + rho) / (1 - rho) of the joint residuals (lag-1 autocorrelation per joint series):
+    correlated residuals hold fewer independent samples than their count."""
+    rhos, i = [], 0
+    for seg in segs:
+        n, nj = seg.joint_q.shape
+        block = r[i:i + n * nj].reshape(n, nj)
+        i += n * nj
+        for j in range(nj):
+            x = block[:, j] - block[:, j].mean()
+            den = float(x @ x)
+            if n > 3 and den > 0:
+                rhos.append(float(x[1:] @ x[:-1]) / den)
+    rho = float(np.clip(np.mean(rhos), 0.0, 0.96)) if rhos else 0.0
+    return (1 + rho) / (1 - rho)
+
+
+def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nthread):
+    """Friction from the object's path, mass from the joints given the friction, friction
+    again given the mass. Returns ({name: (value, half width, identified)}, rollouts, info)."""
+    f_spec = next((s for s in specs if s.name.endswith('/friction')), None)
+    m_spec = next((s for s in specs if s.name.startswith('body/')), None)
+    out, rollouts, info = {}, 0, {}
+
+    def ident(spec, v, hw):
+        return bool(np.isfinite(hw) and hw <= options.identified_fraction * abs(v)
+                    and hw < 0.5 * (spec.upper - spec.lower))
+    mass = m_spec.prior if m_spec else None
+    fixed_m = {m_spec.name: mass} if m_spec else {}
+    mu, var_mu = (f_spec.prior if f_spec else None), 0.0
+    if f_spec:
+        res_mu = _Residual(twin, segs, f_spec.name, fixed_m, 'object', sigma_track, options,
+                           nthread)
+        mu = _fit_1d(res_mu, f_spec, None, options.grid)
+        rollouts += res_mu.n_rollouts
+    if m_spec:
+        fixed_f = {f_spec.name: mu} if f_spec else {}
+        res_m = _Residual(twin, segs, m_spec.name, fixed_f, 'joints', sigma_track, options,
+                          nthread)
+        mass = _fit_1d(res_m, m_spec, None, options.grid)
+        r, jm = res_m.jacobian(mass, m_spec.lower, m_spec.upper)
+        n = r.size
+        chi2 = float(r @ r) / max(1, n - 1)
+        factor = _autocorrelation_factor(r, segs)
+        s2 = max(1.0, chi2) * factor
+        var_m = s2 / max(float(jm @ jm), 1e-300)
+        info['joint_chi2'] = chi2
+        info['joint_correlation_factor'] = factor
+        if f_spec:   # the friction's own uncertainty moves the mass (m (a + mu g) is seen)
+            res_mf = _Residual(twin, segs, f_spec.name, {m_spec.name: mass}, 'joints',
+                               sigma_track, options, nthread)
+            _, jmu = res_mf.jacobian(mu, f_spec.lower, f_spec.upper)
+            rollouts += res_mf.n_rollouts
+            dm_dmu = -float(jm @ jmu) / max(float(jm @ jm), 1e-300)
+            info['dm_dmu'] = dm_dmu
+        rollouts += res_m.n_rollouts
+        hw_m = _z(0, False) * np.sqrt(var_m)
+        m_ok = ident(m_spec, mass, hw_m)
+        if not m_ok:
+            mass = m_spec.prior
+    if f_spec:
+        fixed_m = {m_spec.name: mass} if m_spec else {}
+        res_mu = _Residual(twin, segs, f_spec.name, fixed_m, 'object', sigma_track, options,
+                           nthread)
+        if m_spec and m_ok:
+            mu = _fit_1d(res_mu, f_spec, mu, options.grid)
+        r, jf = res_mu.jacobian(mu, f_spec.lower, f_spec.upper)
+        rollouts += res_mu.n_rollouts
+        n = r.size
+        chi2 = float(r @ r) / max(1, n - 1) if n > 1 else 1.0
+        estimated = n > 1 and chi2 > 1.0
+        var_stat = max(1.0, chi2) / max(float(jf @ jf), 1e-300)
+        var_mu = var_stat + (options.systematic_error * mu) ** 2
+        hw = float(np.hypot(_z(n - 1, estimated) * np.sqrt(var_stat),
+                            1.959963984540054 * options.systematic_error * mu))
+        out[f_spec.name] = (mu, float(hw), ident(f_spec, mu, hw))
+        info['object_chi2'] = chi2
+        info['object_residuals'] = n
+    if m_spec:
+        if f_spec and 'dm_dmu' in info:
+            var_m = var_m + info['dm_dmu'] ** 2 * var_mu
+        var_m = var_m + (options.mass_model_error * mass) ** 2
+        hw_m = _z(0, False) * np.sqrt(var_m)
+        out[m_spec.name] = (mass, float(hw_m), m_ok and ident(m_spec, mass, hw_m))
+    return out, rollouts, info
+
+
+def _estimate_tracker_noise(segments: list[_Segment], default: float) -> tuple[float, int]:
+    devs = []
+    for seg in segments:
+        xy = seg.obs_xy[seg.rest]
+        if len(xy) >= 3:
+            devs.append((xy - xy.mean(axis=0)).ravel())
+    if not devs:
+        return default, 0
+    d = np.concatenate(devs)
+    n = d.size - 2 * len(devs)
+    if n < 8:
+        return default, n
+    return max(float(np.sqrt(np.sum(d * d) / n)), 5e-4), n
+
+
+def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[StrikeRecording],
+                     heldout: list[StrikeRecording] | None = None, *,
+                     options: ObjectFitOptions | None = None, nthread: int = 1,
+                     arm_priors: dict | None = None, progress=None) -> ObjectFitResult:
+    """Fit the object parameters ``specs`` (``geom/<id>/friction``, ``body/<id>/mass``; any
+    subset) to the strikes in ``recordings``; score them on ``heldout``.
+
+    The twin holds the arm's parameters (identified or known) and the scene with the objects;
+    it keeps the fitted object values on return. ``arm_priors``: the arm's values before its
+    identification, for the held-out joint score's "before". Raises ObjectDataError when no
+    strike of any declared object is usable.
+    """
+    t0 = time.perf_counter()
+    options = options or ObjectFitOptions()
+    heldout = heldout or []
+    twin.validate_names([s.name for s in specs])
+    by_object: dict[str, list[ParameterSpec]] = {}
+    for s in specs:
+        kind, rest = s.name.split('/', 1)
+        oid, fld = rest.rsplit('/', 1)
+        if (kind, fld) not in (('geom', 'friction'), ('body', 'mass')):
+            raise ValueError(f'{s.name}: object identification fits geom/<id>/friction and '
+                             f'body/<id>/mass only')
+        oid = oid.split('/')[-1]
+        if oid not in twin.object_ids:
+            raise ValueError(f'{s.name}: {oid!r} is not a free object of the twin '
+                             f'({twin.object_ids})')
+        by_object.setdefault(oid, []).append(s)
+    mu_lo = {oid: next((s.lower for s in ss if s.name.endswith('/friction')), 0.2)
+             for oid, ss in by_object.items()}
+    dropped: dict[str, str] = {}
+    segs = [seg for r in recordings for seg in _segments(r, options, mu_lo, dropped)]
+    held_segs = [seg for r in heldout for seg in _segments(r, options, mu_lo, dropped)]
+    sigma_track, _ = (_estimate_tracker_noise(segs + held_segs, options.tracker_noise)
+                      if options.estimate_tracker_noise else (options.tracker_noise, 0))
+    priors = {s.name: s.prior for s in specs}
+    result_set = ParameterSet()
+    per_object, n_rollouts, unstruck = {}, 0, []
+    rb, ra = [], []
+    for i, (oid, ospecs) in enumerate(sorted(by_object.items())):
+        osegs = [s for s in segs if s.object_id == oid]
+        if progress:
+            progress(f'fit {oid}', i / max(1, len(by_object)), float('nan'))
+        if not osegs:
+            unstruck.append(oid)
+            for s in ospecs:
+                result_set.add(ParameterEstimate(s.name, s.prior, s.lower, s.upper, s.prior,
+                                                 s.unit, False))
+            continue
+        try:
+            est, n_r, info = _fit_object(twin, ospecs, osegs, sigma_track, options, nthread)
+        except UnstableTwinError as exc:
+            raise UnstableTwinError(f'{oid}: {exc}') from None
+        n_rollouts += n_r
+        for s in ospecs:
+            v, hw, ok = est[s.name]
+            if ok:
+                result_set.add(ParameterEstimate(s.name, v, max(s.lower, v - hw),
+                                                 min(s.upper, v + hw), s.prior, s.unit, True))
+            else:
+                value = v if np.isfinite(hw) and hw < 0.5 * (s.upper - s.lower) else s.prior
+                result_set.add(ParameterEstimate(s.name, value, s.lower, s.upper, s.prior,
+                                                 s.unit, False))
+        fitted = {s.name: result_set[s.name].value for s in ospecs}
+        name = ospecs[0].name
+        score = _Residual(twin, osegs, name, {s.name: priors[s.name] for s in ospecs},
+                          'object', sigma_track, options, nthread)
+        rb.append(score([priors[name]])[:, 0])
+        score.fixed = dict(fitted)
+        ra.append(score([fitted[name]])[:, 0])
+        n_rollouts += score.n_rollouts
+        per_object[oid] = {'strikes': len(osegs), 'slides_m': [round(s.slide, 4) for s in osegs],
+                           **{k: float(v) for k, v in info.items()}}
+    if len(unstruck) == len(by_object):
+        raise ObjectDataError('no usable strike for any declared object: ' + (
+            '; '.join(dropped.values()) if dropped else 'the recordings hold no strikes'))
+    fitted_all = result_set.values()
+    twin.set_parameters(fitted_all)
+    # Scores and report data.
+    strikes, held_b, held_a, jb, ja, ab, aa = [], [], [], [], [], [], []
+    before_vals = dict(priors)
+    after_vals = dict(fitted_all)
+    for seg, is_held in [(s, False) for s in segs if s.object_id in by_object] + \
+                        [(s, True) for s in held_segs if s.object_id in by_object]:
+        pre = {**(arm_priors or {}), **before_vals} if is_held else before_vals
+        xyz, q = _simulate(twin, seg, [pre, after_vals], nthread)
+        xy = xyz[..., :2]
+        n_rollouts += 2
+        strikes.append(StrikeFit(seg.rec_name, seg.object_id, seg.obs_t, seg.obs_xy,
+                                 xy[0], xy[1], seg.p0, is_held))
+        if is_held:
+            obs_rest = seg.obs_xy[seg.rest].mean(axis=0)
+            d_b = xy[0][seg.rest].mean(axis=0) - obs_rest
+            d_a = xy[1][seg.rest].mean(axis=0) - obs_rest
+            held_b.append(np.linalg.norm(d_b))
+            held_a.append(np.linalg.norm(d_a))
+            ab.append(float(d_b @ seg.u))
+            aa.append(float(d_a @ seg.u))
+            jb.append((q[0] - seg.joint_q).ravel())
+            ja.append((q[1] - seg.joint_q).ravel())
+
+    def rms(v):
+        v = np.concatenate([np.atleast_1d(x) for x in v]) if v else np.zeros(0)
+        return float(np.sqrt(np.mean(v * v))) if v.size else float('nan')
+
+    return ObjectFitResult(result_set, rms(rb), rms(ra), rms(held_b), rms(held_a),
+                           rms(jb), rms(ja), rms(ab), rms(aa), time.perf_counter() - t0,
+                           n_rollouts, dropped, unstruck, sigma_track, strikes, per_object)
+
+
+
+def final_object_fits(twin: Twin, specs: list[ParameterSpec], recordings: list[StrikeRecording],
+                      *, options: ObjectFitOptions | None = None, nthread: int = 1,
+                      arm_priors: dict | None = None, progress=None):
+    """The estimates reported, and their validation: (fit on every strike probe, fit without
+    the last probe scored on it). With one probe: (fit, None).
+
+    The held-out figures of the returned fit are the validation's (the last probe was not in
+    the validation fit); the estimates use every strike (a strike is too precious to leave
+    out of the final numbers: one probe execution per strike of each object). The twin keeps
+    the final estimates."""
+    validation = None
+    if len(recordings) > 1:
+        validation = identify_objects(twin, specs, recordings[:-1], heldout=recordings[-1:],
+                                      options=options, nthread=nthread, arm_priors=arm_priors,
+                                      progress=progress)
+    fit = identify_objects(twin, specs, recordings, options=options, nthread=nthread,
+                           arm_priors=arm_priors, progress=progress)
+    if validation is not None:
+        fit.heldout_error_before = validation.heldout_error_before
+        fit.heldout_error_after = validation.heldout_error_after
+        fit.heldout_joint_before = validation.heldout_joint_before
+        fit.heldout_joint_after = validation.heldout_joint_after
+        fit.heldout_along_before = validation.heldout_along_before
+        fit.heldout_along_after = validation.heldout_along_after
+        fit.strikes += [s for s in validation.strikes if s.heldout]
+        fit.n_rollouts += validation.n_rollouts
+        fit.wall_time += validation.wall_time
+    return fit, validation

@@ -1,0 +1,509 @@
+"""Strike probes for object identification (ROS-free): push-and-release strikes planned from
+the objects' measured poses.
+
+One strike: the tool comes down behind the object (tilted back by ``tilt`` so that only the
+front rim of its end face touches the object, low on its side, below the wider wrist), rests,
+then pushes the object from a few millimetres away with a constant, gentle acceleration to the
+strike speed ``v`` and brakes harder than friction can stop the object, so the object leaves
+the tool at ``v`` and slides ``~ v^2 / (2 mu g)``. Known speed, no impact: the launch does not
+depend on contact stiffness or restitution the twin cannot know, and the slide distance
+measures the friction. Measured on the emulated cells (README, identification section):
+
+* the tool of the default arm is only 0.04 m long under a 0.035 m radius wrist: a vertical
+  tool at 12 mm pins a 5 cm box under the wrist when the arm dips on braking (the box stopped
+  after 4 cm instead of sliding 8); tilting the tool keeps the wrist behind the contact;
+* an impact strike launched the box 20% faster in the twin than on the cell (soft contacts
+  restitute), a push-and-release at 3-4 m/s^2 matches to a few percent;
+* pushing high on a box with a high friction rocks it onto its front edge; the tilted tool
+  touches at ``tip_height + tool_radius sin(tilt)`` (21 mm), near the centre of mass.
+
+Headings: a box is pushed along its long axis (onto a short face: the most stable way), the
+short axis if that does not fit; a cylinder in any of 12 directions. A heading is taken when
+the object's whole path (push plus the longest slide the friction bounds allow, plus margins)
+stays on the table, clear of every other object and of the paths of objects struck before it
+in the same probe, and the arm reaches every waypoint within its joint and speed limits.
+Speed: the largest that keeps the slide at the friction's lower bound inside the free path,
+at most the one that slides ``target_slide`` at the current estimate.
+
+One probe execution strikes every object once (one trajectory: travel above the start at a
+safe height, descend, rest, push, settle, lift, next object, back to where it started), so
+the probe budget does not grow with the number of objects. :class:`StrikeInfo` records what
+the fit needs to cut each strike out of the recording (times on the trajectory's axis).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+import mujoco
+import numpy as np
+
+from .probes import Probe, ProbeError
+
+__all__ = ['StrikeConfig', 'StrikeInfo', 'StrikeObject', 'StrikePlan', 'TableRegion',
+           'TiltedToolIK', 'plan_strike_probe']
+
+G = 9.81
+
+
+@dataclass
+class StrikeConfig:
+    """How strikes are made. Lengths in m, speeds in m/s, times in s, angles in rad."""
+
+    tool_radius: float = 0.02        # the cylindrical tool's radius
+    wrist_radius: float = 0.035      # the widest link right above the tool
+    tilt: float = math.radians(25)   # tool axis leans back from vertical by this much
+    tip_height: float = 0.016        # tool tip (centre of the end face) above the table
+    gap: float = 0.008               # tool rim to the object's face before the push
+    creep_speed: float = 0.05        # the tool closes the gap (and 5 mm more) this slowly
+    creep_extra: float = 0.005
+    accel: float = 8.0               # push acceleration (the object rides the tool)
+    decel: float = 15.0              # braking (> mu g for any mu <= 1: the object leaves)
+    lift: float = 0.015              # the tool rises this much while braking
+    speed_min: float = 0.3
+    speed_max: float = 1.2
+    target_slide: float = 0.12       # slide wanted at the current friction estimate
+    min_slide: float = 0.04          # a heading with less room at the estimate is not taken
+    table_margin: float = 0.04       # object footprint to the table's edge
+    clearance: float = 0.03          # between objects, paths and the wrist
+    safe_height: float = 0.06        # travel height above the tallest object
+    travel_speed: float = 0.3        # tool speed of the moves between strikes
+    vertical_speed: float = 0.12     # tool speed going down and up
+    dwell: float = 0.5               # at rest behind the object before the push
+    settle_min: float = 1.0          # after the push, at least (plus the longest slide time)
+    waypoint_dt: float = 0.01        # spacing of the push's trajectory points
+    move_dt: float = 0.05            # spacing of the moves' points
+    joint_speed_fraction: float = 0.8   # of the velocity limits, at most
+    directions: int = 12             # headings tried for a cylinder
+    tip_margin: float = 0.75         # mu_max h_com <= this x (COM to the front edge): upright
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> StrikeConfig:
+        d = dict(d or {})
+        if 'tilt_deg' in d:
+            d['tilt'] = math.radians(float(d.pop('tilt_deg')))
+        known = {f.name for f in fields(cls)}
+        extra = sorted(set(d) - known)
+        if extra:
+            raise ValueError(f'strike config: unknown field(s) {extra}; known {sorted(known)}')
+        cfg = cls(**{k: float(v) if k != 'directions' else int(v) for k, v in d.items()})
+        if not (0 < cfg.speed_min < cfg.speed_max and cfg.accel > 0 and cfg.decel > G
+                and 0 <= cfg.tilt < math.radians(60)):
+            raise ValueError('strike config: need 0 < speed_min < speed_max, accel > 0, '
+                             'decel > 9.81 and 0 <= tilt < 60 deg')
+        return cfg
+
+
+@dataclass
+class StrikeObject:
+    """An object as the planner sees it: geometry (reconstruction) and pose (tracker)."""
+
+    id: str
+    shape: str                       # 'box' or 'cylinder'
+    extents: tuple                   # full extents along its axes (cylinder: d, d, h)
+    xy: np.ndarray
+    yaw: float
+    z: float = 0.0                   # centre height
+
+    @property
+    def height(self) -> float:
+        return float(self.extents[2])
+
+    @property
+    def radius(self) -> float:
+        """Footprint radius: the half-diagonal (a box may turn while it slides)."""
+        return 0.5 * float(np.hypot(self.extents[0], self.extents[1]))
+
+    def half_extent_along(self, heading: float) -> float:
+        if self.shape != 'box':
+            return 0.5 * float(self.extents[0])
+        rel = heading - self.yaw
+        return float(abs(0.5 * self.extents[0] * np.cos(rel))
+                     + abs(0.5 * self.extents[1] * np.sin(rel)))
+
+
+@dataclass
+class TableRegion:
+    center: np.ndarray               # x, y of the top's centre
+    size: np.ndarray                 # x, y extents (axis-aligned)
+    height: float = 0.0
+
+    def inside(self, xy: np.ndarray, margin: float) -> np.ndarray:
+        lo = np.asarray(self.center) - np.asarray(self.size) / 2 + margin
+        hi = np.asarray(self.center) + np.asarray(self.size) / 2 - margin
+        xy = np.atleast_2d(xy)
+        return np.all((xy >= lo) & (xy <= hi), axis=1)
+
+
+@dataclass
+class StrikeInfo:
+    """One strike inside a probe trajectory (times on the trajectory's time axis)."""
+
+    object_id: str
+    heading: float                   # rad, direction of the push in the world frame
+    speed: float                     # m/s at release
+    accel: float
+    t_rest: float                    # the arm is at rest behind the object from here ...
+    t_push: float                    # ... to here, where the push starts
+    t_release: float                 # braking starts: the object leaves the tool
+    t_end: float                     # end of the settle time (the object is at rest)
+    push_length: float = 0.0         # m the object rides the tool (to the release)
+    start_xy: list = field(default_factory=list)     # object position the plan assumed
+    slide_range: list = field(default_factory=list)  # predicted slide at the friction bounds
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return {k: (float(v) if isinstance(v, (float, np.floating)) else v)
+                for k, v in d.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> StrikeInfo:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class StrikePlan:
+    probe: Probe
+    strikes: list[StrikeInfo]
+    skipped: dict[str, str]          # object id -> why it is not struck
+
+
+class TiltedToolIK:
+    """ToolDownIK (core/tasks/kinematics.py) with the tool leaning back from the heading.
+
+    ``set_heading(h)``: the tool axis points down and forward along h, tilted by ``tilt``
+    from vertical (its upper part, and the wrist, behind the contact point)."""
+
+    def __init__(self, robot, tilt: float):
+        from ..tasks.kinematics import ToolDownIK
+        self.ik = ToolDownIK(robot)
+        self._down = self.ik.rot_ready.copy()
+        self.tilt = float(tilt)
+        self.heading = 0.0
+
+    def set_heading(self, heading: float) -> None:
+        self.heading = float(heading)
+        axis = np.array([-np.sin(heading), np.cos(heading), 0.0])
+        quat, rot = np.zeros(4), np.zeros(9)
+        mujoco.mju_axisAngle2Quat(quat, axis, -self.tilt)
+        mujoco.mju_quat2Mat(rot, quat)
+        self.ik.rot_ready = rot.reshape(3, 3) @ self._down
+
+    def solve(self, target, q_seed=None) -> np.ndarray:
+        return self.ik.solve(target, q_seed)
+
+    def solve_path(self, points, q_seed=None) -> np.ndarray:
+        return self.ik.solve_path(points, q_seed)
+
+    def tip(self, q) -> np.ndarray:
+        return self.ik.tip_position(q)
+
+
+# ------------------------------------------------------------------ geometry helpers
+
+def _segment_distance(p: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+    ab = b - a
+    t = 0.0 if not np.any(ab) else float(np.clip((p - a) @ ab / (ab @ ab), 0.0, 1.0))
+    return float(np.linalg.norm(p - (a + t * ab)))
+
+
+def _segments_distance(a0, a1, b0, b1) -> float:
+    """Distance between two 2-D segments (sampled: these are short)."""
+    ts = np.linspace(0.0, 1.0, 21)
+    return min(_segment_distance(a0 + t * (a1 - a0), b0, b1) for t in ts)
+
+
+@dataclass
+class _Capsule:
+    a: np.ndarray
+    b: np.ndarray
+    radius: float
+    what: str
+
+
+def _free_length(obj: StrikeObject, u: np.ndarray, table: TableRegion,
+                 occupied: list[_Capsule], cfg: StrikeConfig, max_length: float = 0.6):
+    """How far the object may travel along u: (length, what limits it)."""
+    step = 0.005
+    last, why = 0.0, 'no room'
+    for s in np.arange(0.0, max_length + 1e-9, step):
+        c = obj.xy + s * u
+        if not table.inside(c, cfg.table_margin + obj.radius)[0]:
+            return last, 'the table edge'
+        for cap in occupied:
+            if _segment_distance(c, cap.a, cap.b) < obj.radius + cap.radius + cfg.clearance:
+                return last, cap.what
+        last = s
+        why = 'the longest strike planned'
+    return last, why
+
+
+def _headings(obj: StrikeObject, cfg: StrikeConfig) -> list[float]:
+    if obj.shape == 'box':
+        long_axis = obj.yaw if obj.extents[0] >= obj.extents[1] else obj.yaw + np.pi / 2
+        return [long_axis, long_axis + np.pi, long_axis + np.pi / 2, long_axis - np.pi / 2]
+    return [2 * np.pi * k / cfg.directions for k in range(cfg.directions)]
+
+
+def _wrap(a: float) -> float:
+    return float((a + np.pi) % (2 * np.pi) - np.pi)
+
+
+def _min_jerk(t, duration):
+    s = np.clip(t / duration, 0.0, 1.0)
+    return (10 * s ** 3 - 15 * s ** 4 + 6 * s ** 5,
+            (30 * s ** 2 - 60 * s ** 3 + 30 * s ** 4) / duration)
+
+
+# ------------------------------------------------------------------ the planner
+
+class _Builder:
+    """Accumulates trajectory points (time, positions, velocities)."""
+
+    def __init__(self, q0: np.ndarray):
+        self.t = 0.0
+        self.q = np.asarray(q0, float)
+        self.times, self.pos, self.vel = [0.0], [self.q.copy()], [np.zeros_like(self.q)]
+
+    def add(self, t, q, qd):
+        self.times.append(float(t))
+        self.pos.append(np.asarray(q, float))
+        self.vel.append(np.asarray(qd, float))
+        self.t, self.q = float(t), np.asarray(q, float)
+
+    def hold(self, duration):
+        self.add(self.t + duration, self.q, np.zeros_like(self.q))
+
+    def joint_move(self, q_to, duration, dt):
+        n = max(2, int(math.ceil(duration / dt)))
+        q_from = self.q.copy()
+        t0 = self.t
+        for k in range(1, n + 1):
+            tau = duration * k / n
+            s, ds = _min_jerk(tau, duration)
+            self.add(t0 + tau, q_from + s * (q_to - q_from),
+                     ds * (q_to - q_from) if k < n else np.zeros_like(q_from))
+
+    def path(self, times, qs, qds):
+        t0 = self.t
+        for t, q, qd in zip(times, qs, qds):
+            self.add(t0 + t, q, qd)
+
+
+def _line_points(ik: TiltedToolIK, a, b, duration, dt, q_seed):
+    """IK along a straight tool-tip line a -> b with min-jerk timing."""
+    n = max(2, int(math.ceil(duration / dt)))
+    taus = duration * np.arange(1, n + 1) / n
+    s, _ = _min_jerk(taus, duration)
+    pts = np.asarray(a)[None] + s[:, None] * (np.asarray(b) - np.asarray(a))[None]
+    qs = ik.solve_path(pts, q_seed)
+    qd = np.gradient(np.vstack([q_seed, qs]), np.concatenate([[0.0], taus]), axis=0)[1:]
+    qd[-1] = 0.0
+    return taus, qs, qd
+
+
+def _push_profile(v: float, cfg: StrikeConfig):
+    """Tool progress s(t) from the start (at rest) and its height offset: creep at
+    ``creep_speed`` over the gap and ``creep_extra`` (the tool meets the object gently, wherever
+    the gap really is), accelerate at ``accel`` to v, brake at ``decel`` while rising by
+    ``lift``. Returns (t, s, dz, t_release, s_release)."""
+    vc = cfg.creep_speed
+    t_c0 = vc / cfg.accel                              # up to creep speed
+    s_c0 = 0.5 * vc * t_c0
+    d_creep = cfg.gap + cfg.creep_extra
+    t_c1 = t_c0 + max(d_creep - s_c0, 0.0) / vc        # end of the creep
+    s_c1 = max(d_creep, s_c0)
+    t_acc = (v - vc) / cfg.accel
+    t_rel = t_c1 + t_acc
+    s_rel = s_c1 + vc * t_acc + 0.5 * cfg.accel * t_acc ** 2
+    t_dec = v / cfg.decel
+    t_end = t_rel + t_dec
+    dt = cfg.waypoint_dt
+    t = np.arange(1, int(math.ceil(t_end / dt)) + 1) * dt
+    t = np.append(t[t < t_end - 1e-6], t_end)
+    s = np.where(
+        t <= t_c0, 0.5 * cfg.accel * t ** 2,
+        np.where(t <= t_c1, s_c0 + vc * (t - t_c0),
+                 np.where(t <= t_rel,
+                          s_c1 + vc * (t - t_c1) + 0.5 * cfg.accel * (t - t_c1) ** 2,
+                          s_rel + v * (t - t_rel) - 0.5 * cfg.decel * (t - t_rel) ** 2)))
+    dz = cfg.lift * np.clip((t - t_rel) / t_dec, 0.0, 1.0)
+    return t, s, dz, t_rel, s_rel
+
+
+def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_start,
+                      friction: dict[str, tuple[float, float, float]],
+                      cfg: StrikeConfig | None = None, *, previous: dict | None = None,
+                      name: str = 'strike') -> StrikePlan:
+    """One probe striking every object that can be struck safely.
+
+    friction: {id: (lower, estimate, upper)} of the sliding friction (the prior bounds before
+    any estimate). previous: {id: heading of its last strike} (the next one prefers the
+    opposite heading, so the object comes back). Objects not struck are in ``skipped``.
+    Raises ProbeError when no object can be struck.
+    """
+    cfg = cfg or StrikeConfig()
+    previous = previous or {}
+    q_start = np.asarray(q_start, float)
+    ik = TiltedToolIK(robot, cfg.tilt)
+    z_top = table.height + max(o.height for o in objects)
+    safe_z = z_top + cfg.safe_height
+    vlim = cfg.joint_speed_fraction * np.asarray(robot.velocity_limits, float)
+    occupied = [_Capsule(o.xy, o.xy, o.radius, f'object {o.id!r}') for o in objects]
+    build = _Builder(q_start)
+    tip0 = ik.tip(q_start)
+    if tip0[2] < safe_z - 0.02:
+        raise ProbeError(f'the tool tip is {tip0[2]:.3f} m high at the probe start; strikes '
+                         f'start from above the objects (>= {safe_z - 0.02:.3f} m)')
+    strikes, skipped = [], {}
+    q_seed = q_start
+    for obj in sorted(objects, key=lambda o: o.id):
+        lo, est, hi = friction.get(obj.id, (0.2, 0.5, 1.0))
+        others = [c for c in occupied if c.what != f'object {obj.id!r}']
+        options, reasons = [], []
+        for heading in _headings(obj, cfg):
+            option, why = _try_heading(obj, heading, table, others, cfg, ik, vlim, lo, est,
+                                       safe_z, q_seed, hi)
+            if option is None:
+                reasons.append(f'{math.degrees(_wrap(heading)):.0f} deg: {why}')
+                continue
+            options.append(option)
+        if not options:
+            skipped[obj.id] = 'no safe strike (' + '; '.join(reasons[:4]) + ')'
+            continue
+        prev = previous.get(obj.id)
+
+        # The longest informative slide first (a short one measures the launch, not the
+        # friction), among those the way back (the object stays near the middle), then room.
+        fastest = max(o['speed'] for o in options)
+
+        def score(o, prev=prev, fastest=fastest):
+            back = 0.0 if prev is None else np.cos(o['heading'] - prev)   # -1: opposite
+            return (o['speed'] < 0.85 * fastest, round(back, 1), -o['free'])
+        best = min(options, key=score)
+        info = _append_strike(build, obj, best, cfg, ik, safe_z, lo, hi)
+        strikes.append(info)
+        q_seed = build.q
+        u = best['u']
+        occupied = [c for c in occupied if c.what != f'object {obj.id!r}']
+        occupied.append(_Capsule(obj.xy.copy(), obj.xy + best['travel'] * u, obj.radius,
+                                 f'the path of {obj.id!r}'))
+    if not strikes:
+        raise ProbeError('no object can be struck safely: ' + '; '.join(
+            f'{k}: {v}' for k, v in skipped.items()))
+    # Back to where the probe started (at the safe height first).
+    tip = ik.tip(build.q)
+    if tip[2] < safe_z - 1e-3:
+        raise ProbeError('internal: the tool is not at the safe height after a strike')
+    dq = np.abs(q_start - build.q)
+    build.joint_move(q_start, max(1.0, float(np.max(dq * 1.875 / (0.5 * vlim)))),
+                     cfg.move_dt)
+    probe = Probe(list(robot.joint_names), np.array(build.times), np.array(build.pos),
+                  np.array(build.vel), name)
+    _check_probe(robot, probe, ik, table, vlim)
+    return StrikePlan(probe, strikes, skipped)
+
+
+def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, safe_z, q_seed,
+                 mu_hi=1.0):
+    u = np.array([np.cos(heading), np.sin(heading)])
+    # Sliding, friction tips an object over its front edge when mu h_com > (COM to the edge).
+    edge = obj.half_extent_along(heading)
+    if mu_hi * obj.height / 2 > cfg.tip_margin * edge:
+        return None, (f'it could tip over (friction up to {mu_hi:.2f} x centre height '
+                      f'{obj.height / 2:.3f} m > {cfg.tip_margin} x {edge:.3f} m to its edge)')
+    free, why = _free_length(obj, u, table, occupied, cfg)
+    contact = obj.half_extent_along(heading) + cfg.tool_radius * np.cos(cfg.tilt) + cfg.gap
+    start = obj.xy - u * contact
+    # The wrist comes down behind the object: it must clear every other object.
+    for cap in occupied:
+        if _segment_distance(start, cap.a, cap.b) < cap.radius + cfg.wrist_radius + \
+                cfg.clearance:
+            return None, f'the tool would come down next to {cap.what}'
+    if not table.inside(start, 0.0)[0]:
+        return None, 'the tool start is off the table'
+    extra = 0.02
+    k = 1 / (2 * cfg.accel) + 1 / (2 * mu_lo * G)
+    v_space = math.sqrt(max(free - extra - cfg.gap, 0.0) / k)
+    v_goal = math.sqrt(2 * mu_est * G * cfg.target_slide)
+    v = min(v_space, v_goal, cfg.speed_max)
+    v_info = math.sqrt(2 * mu_est * G * cfg.min_slide)
+    if v < max(cfg.speed_min, min(v_info, cfg.speed_max)):
+        return None, f'{free:.2f} m free before {why}'
+    ik.set_heading(heading)
+    z = cfg.tip_height
+    while v >= cfg.speed_min:
+        try:
+            q_above = ik.solve([*start, safe_z], q_seed)
+            q_rest = ik.solve([*start, table.height + z], q_above)
+            down = _line_points(ik, ik.tip(q_above), ik.tip(q_rest),
+                                max(0.5, (safe_z - table.height - z) / cfg.vertical_speed),
+                                cfg.move_dt, q_above)
+            t, s, dz, t_rel, s_rel = _push_profile(v, cfg)
+            pts = np.column_stack([start[None] + s[:, None] * u[None],
+                                   table.height + z + dz])
+            qs = ik.solve_path(pts, q_rest)
+            top = ik.tip(qs[-1])
+            top[2] = safe_z
+            up = _line_points(ik, ik.tip(qs[-1]), top,
+                              max(0.5, (safe_z - ik.tip(qs[-1])[2]) / cfg.vertical_speed),
+                              cfg.move_dt, qs[-1])
+        except Exception as exc:  # noqa: BLE001 - IKError: out of reach or past a limit
+            return None, f'unreachable ({str(exc).splitlines()[0]})'
+        qd = np.gradient(np.vstack([q_rest, qs]), np.concatenate([[0.0], t]), axis=0)[1:]
+        if np.all(np.abs(qd) <= vlim) and all(np.all(np.abs(m[2]) <= vlim) for m in (down, up)):
+            travel = s_rel - cfg.gap + v * v / (2 * mu_lo * G) + extra
+            if travel > free:
+                v *= 0.9
+                continue
+            return {'heading': heading, 'u': u, 'speed': v, 'start': start, 'q_above': q_above,
+                    'q_rest': q_rest, 'down': down, 'push': (t, qs, qd), 'up': up,
+                    'free': free, 'travel': travel, 't_release': t_rel,
+                    's_release': s_rel}, ''
+        v *= 0.9
+    return None, 'the push is too fast for the joint speed limits'
+
+
+def _append_strike(build: _Builder, obj, opt, cfg, ik, safe_z, mu_lo, mu_hi) -> StrikeInfo:
+    ik.set_heading(opt['heading'])
+    start = opt['start']
+    # Travel (joint space, min-jerk) to above the start, then straight down.
+    tip_now = ik.tip(build.q)
+    dist = float(np.linalg.norm(tip_now[:2] - start))
+    dq = np.abs(opt['q_above'] - build.q)
+    duration = max(0.8, dist / cfg.travel_speed, float(np.max(dq * 1.875 / (0.5 * np.pi))))
+    build.joint_move(opt['q_above'], duration, cfg.move_dt)
+    build.path(*opt['down'])
+    t_rest = build.t
+    build.hold(cfg.dwell)
+    t_push = build.t
+    t, qs, qd = opt['push']
+    qd = qd.copy()
+    qd[-1] = 0.0
+    build.path(t, qs, qd)
+    t_release = t_push + opt['t_release']
+    slide_max = opt['speed'] ** 2 / (2 * mu_lo * G)
+    settle = max(cfg.settle_min, opt['speed'] / (mu_lo * G) + 0.6)
+    build.hold(t_release + settle - build.t)
+    t_end = build.t
+    build.path(*opt['up'])
+    return StrikeInfo(obj.id, float(_wrap(opt['heading'])), float(opt['speed']),
+                      float(cfg.accel), float(t_rest), float(t_push), float(t_release),
+                      float(t_end), float(max(opt['s_release'] - cfg.gap, 0.0)),
+                      [float(x) for x in obj.xy],
+                      [float(opt['speed'] ** 2 / (2 * mu_hi * G)), float(slide_max)])
+
+
+def _check_probe(robot, probe: Probe, ik: TiltedToolIK, table: TableRegion, vlim):
+    if not all(robot.within_limits(q) for q in probe.positions):
+        raise ProbeError('internal: a strike probe point is past a joint limit')
+    if np.any(np.abs(probe.velocities) > vlim / 0.8 + 1e-6):
+        raise ProbeError('internal: a strike probe point is past the joint speed limits')
+    dq = np.diff(probe.positions, axis=0) / np.diff(probe.times)[:, None]
+    if np.any(np.abs(dq) > vlim / 0.8 * 1.05 + 1e-6):
+        raise ProbeError('internal: a strike probe moves faster than the joint speed limits')
+    low = min(ik.tip(q)[2] for q in probe.positions)
+    if low < table.height + 0.004:
+        raise ProbeError(f'internal: the tool tip comes within {low - table.height:.4f} m of '
+                         f'the table')
