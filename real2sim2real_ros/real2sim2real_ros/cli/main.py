@@ -272,9 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument('--no-record', action='store_true', help='do not record an MCAP bag')
     r = sub.add_parser('reset-objects', help='put the emulated cell\'s objects back')
     r.add_argument('ids', nargs='*', help='object ids (default: all)')
-    from real2sim2real_ros.cli import capture_cli, reconstruct_cli
+    from real2sim2real_ros.cli import capture_cli, evaluate_cli, reconstruct_cli
     capture_cli.add_parser(sub)
     reconstruct_cli.add_parser(sub)
+    evaluate_cli.add_parser(sub)
+    from real2sim2real_ros.cli import loop_cli
+    loop_cli.add_parser(sub)
     try:
         from real2sim2real_ros.cli import bag_cli
         bag_cli.add_parser(sub)
@@ -289,6 +292,7 @@ HANDLERS = {
     'reset-objects': cmd_reset_objects, 'identify': cmd_identify,
     'train': cmd_train, 'evaluate-policy': cmd_evaluate_policy,
     'execute-policy': cmd_execute_policy,
+    'loop': lambda args, _rest: args.func(args),   # cli/loop_cli.py
 }
 
 
@@ -301,7 +305,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv[:i + 1])
         return cmd_launch(args, argv[i + 1:])
     args = parser.parse_args(argv)
-    if args.verb in ('bag', 'capture', 'reconstruct'):
+    if args.verb in ('bag', 'capture', 'reconstruct', 'evaluate'):
         return args.func(args)
     try:
         return HANDLERS[args.verb](args, [])

@@ -60,7 +60,7 @@ def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable()) -> str:
     # sent off at 0.3 rad to the table's x axis slides away at 0.5 rad).
     return f"""<mujoco model="task_scene">
   <option cone="elliptic"/>
-  <default><geom solref="0.005 1" solimp="0.95 0.99 0.001 0.5 2"/></default>
+  <default><geom solref="0.008 1" solimp="0.95 0.99 0.001 0.5 2"/></default>
   <worldbody>
     <geom name="table" type="box" size="{table.size[0] / 2} {table.size[1] / 2} 0.02"
           pos="{tx} {ty} {table.height - 0.02}" friction="{table.friction} 0.005 0.0001"/>

@@ -1,0 +1,1 @@
+"""Evaluation against emulated cells' hidden truth (the harness behind ``r2s2r evaluate``)."""

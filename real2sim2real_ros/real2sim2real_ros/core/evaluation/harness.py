@@ -1,0 +1,322 @@
+"""The evaluation harness: the loop's stages on emulated cells, scored against hidden truth.
+
+This is the ONLY code that reads a cell's hidden truth, and only to score: the stages see the
+cell as the nodes do (rendered RGB-D views, joint states, tracked object poses after probe
+motions). Per cell:
+
+1. reconstruction: depth views on an arc around the table -> core/reconstruction; errors of
+   every object against the truth;
+2. identification: arm multisine probes (fitted + one held out) and strikes on the task's
+   object, all executed on the cell (at most 5 probe executions) -> one ParameterSet with 95%
+   intervals; errors and interval coverage against the truth;
+3. training, three policies: in the nominal twin (priors: no identification), in the
+   identified twin, and in the identified twin with domain randomisation over the intervals;
+4. evaluation: each policy on the cell (N trials) and in twins, the same episodes everywhere:
+   its own training twin and the identified twin (the loop's best model of the cell; its
+   prediction is what the correlation with cell success is computed on).
+
+It runs the ROS-free cores the nodes run, in-process, so a 5-cell evaluation takes minutes;
+``make demo`` runs the same stages through the ROS graph.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA = 'real2sim2real/evaluation/1'
+POLICIES = ('nominal', 'identified', 'identified_dr')
+
+
+@dataclass
+class HarnessConfig:
+    task: str = 'slide_to_target'
+    trials: int = 20
+    seed: int = 0
+    capture_views: int = 8
+    arm_probes: int = 2              # multisine probes, fitted
+    arm_probe_duration: float = 3.0  # s
+    object_strikes: int = 2          # fitted; one more is held out (5 probe executions)
+    train: dict = field(default_factory=dict)   # TrainConfig overrides
+    randomization_min_relative: float = 0.05
+    robot_urdf: str | None = None
+    object_id: str = 'box_0'         # the cell's object the task acts on (evaluator's choice)
+
+    def train_config(self, seed: int):
+        from ..policies.pipeline import TrainConfig
+        from ..policies.ppo import PPOConfig
+        kw = dict(self.train)
+        if 'ppo' in kw and isinstance(kw['ppo'], dict):
+            kw['ppo'] = PPOConfig(**kw['ppo'])
+        return TrainConfig(**{**kw, 'seed': seed})
+
+
+def _twin_name(cell_name: str, object_map: dict) -> str:
+    """Cell truth name ('geom/box_0/friction') -> twin name ('geom/object/<found>/friction')."""
+    kind, el, fld = cell_name.split('/', 2) if cell_name.count('/') >= 2 else (None,) * 3
+    if kind in ('geom', 'body') and el in object_map:
+        return f'{kind}/object/{object_map[el]}/{fld}'
+    return cell_name
+
+
+# ------------------------------------------------------------------------ stages
+def reconstruct_cell(world, spec, cfg: HarnessConfig, out_dir: Path) -> dict:
+    from ..emulated_world import EmulatedWorld
+    from ..reconstruction import ReconstructionConfig, metrics, reconstruct
+    from .cells import capture_views, ring_cameras
+    ring = ring_cameras(spec, cfg.capture_views)
+    sweep = EmulatedWorld(ring, cfg.robot_urdf)   # the same cell seen from the capture sweep
+    try:
+        views, mask = capture_views(sweep, ring)
+    finally:
+        sweep.close()
+    result = reconstruct(views, ReconstructionConfig(robot_mask=mask), out_dir)
+    errors = metrics.evaluate(result.objects, spec.objects)
+    by_truth = {e.truth_id: e for e in errors.matched}
+    found = {o.id: o for o in result.objects}
+    objects = []
+    for e in errors.matched:
+        objects.append({'id': e.truth_id, 'found_id': e.found_id, 'shape_ok': bool(e.shape_ok),
+                        'position_error_m': e.position_error,
+                        'yaw_error_deg': None if np.isnan(e.yaw_error)
+                        else float(np.degrees(e.yaw_error)),
+                        'extents_error_m': e.extents_error, 'chamfer_m': e.chamfer})
+    return {'objects': objects, 'missed': errors.missed, 'spurious': errors.spurious,
+            'table_height_error_m': float(result.table_height - spec.table.height),
+            'table_height': float(result.table_height), 'mjcf_path': str(result.mjcf_path),
+            '_by_truth': by_truth, '_found': found}
+
+
+def task_for(robot, cfg: HarnessConfig, size, table_height: float, object_id: str):
+    from ..tasks import get_task
+    return get_task(cfg.task, robot, {'object_id': object_id, 'object_size': tuple(size),
+                                      'table_height': table_height})
+
+
+def nominal_twin(robot, task_obj, table_height: float, start_values: dict):
+    """The twin before identification: reconstructed geometry, the priors (URDF / datasheet
+    values, object friction 0.5 and mass = volume x density from reconstruction)."""
+    from ..tasks.worlds import TaskTable, task_scene_xml
+    from ..twin import Twin
+    twin = Twin(robot, task_scene_xml(task_obj, TaskTable(height=table_height)))
+    twin.set_parameters({k: v for k, v in start_values.items()
+                         if k in set(twin.parameter_names())})
+    return twin
+
+
+def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) -> dict:
+    """All stages on one cell; returns the cell's JSON record (see README, schema)."""
+    import torch
+
+    from ..emulated_world import EmulatedWorld
+    from ..policies.evaluate import evaluate
+    from ..policies.pipeline import train_policy
+    from ..robot_description import default_cell_urdf, load_robot
+    from ..tasks.worlds import CellWorld, TaskObject, TwinWorld
+    torch.set_num_threads(1)
+    if cfg.robot_urdf:
+        from ..tools import cell_spec_with_robot
+        spec = cell_spec_with_robot(spec, cfg.robot_urdf)   # its ready pose as initial pose
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda *a: None)
+    seconds: dict[str, float] = {}
+    world = EmulatedWorld(spec, cfg.robot_urdf)
+    robot = load_robot(cfg.robot_urdf or spec.urdf_path() or default_cell_urdf())
+    truth = spec.hidden_truth(list(world.joint_names))
+
+    t = time.perf_counter()
+    say(spec.name, 'reconstruct')
+    recon = reconstruct_cell(world, spec, cfg, out_dir / 'reconstruction')
+    seconds['reconstruct'] = time.perf_counter() - t
+    if cfg.object_id not in recon['_by_truth']:
+        raise RuntimeError(f'{spec.name}: reconstruction did not find {cfg.object_id!r}')
+    found = recon['_found'][recon['_by_truth'][cfg.object_id].found_id]
+    object_map = {cfg.object_id: found.id}
+    size = tuple(float(x) for x in found.extents)
+    table_h = recon['table_height']
+
+    t = time.perf_counter()
+    say(spec.name, 'identify')
+    from .identification import identify_cell
+    ident = identify_cell(world, robot, cfg, found, table_h, out_dir / 'identification',
+                          list(recon['_found'].values()), recon['mjcf_path'])
+    seconds['identify'] = time.perf_counter() - t
+    ps = ident['parameters']
+    param_rows = []
+    for est in ps:
+        cell_name = next((c for c in truth if _twin_name(c, object_map) == est.name), None)
+        tv = truth.get(cell_name) if cell_name else None
+        row = {'name': est.name, 'estimate': est.value, 'lower_95': est.lower_95,
+               'upper_95': est.upper_95, 'prior': est.prior, 'identified': est.identified,
+               'truth': tv}
+        if tv is not None:
+            row['relative_error'] = abs(est.value - tv) / max(abs(tv), 1e-9)
+            row['covered'] = bool(est.lower_95 - 1e-12 <= tv <= est.upper_95 + 1e-12)
+        param_rows.append(row)
+
+    task_obj = TaskObject(found.id, size, mass=float(found.mass), friction=0.5)
+    task = task_for(robot, cfg, size, table_h, found.id)
+    twins = {'nominal': nominal_twin(robot, task_obj, table_h, ident['start_values'])}
+    twins['identified'] = nominal_twin(robot, task_obj, table_h, ident['start_values'])
+    twins['identified'].set_parameters(ps.values())
+    cell = CellWorld(world, cfg.object_id)
+    policies: dict[str, dict] = {}
+    for k, name in enumerate(POLICIES):
+        t = time.perf_counter()
+        say(spec.name, f'train {name}')
+        twin = twins['nominal' if name == 'nominal' else 'identified']
+        tcfg = cfg.train_config(cfg.seed + 17 * k)
+        if name == 'identified_dr':
+            tcfg.randomization_min_relative = cfg.randomization_min_relative
+        res = train_policy(task, twin, ps if name == 'identified_dr' else None, tcfg,
+                           out_dir / 'checkpoints' / name)
+        train_s = time.perf_counter() - t
+        t = time.perf_counter()
+        say(spec.name, f'evaluate {name}')
+        fn = res.policy.as_function()
+        eval_seed = cfg.seed + 5000
+        on_cell = evaluate(task, cell, fn, cfg.trials, eval_seed)
+        own = evaluate(task, TwinWorld(twin, found.id), fn, cfg.trials, eval_seed)
+        ident_tw = (own if name != 'nominal' else
+                    evaluate(task, TwinWorld(twins['identified'], found.id), fn, cfg.trials,
+                             eval_seed))
+        policies[name] = {'cell': _eval_row(on_cell), 'twin_own': _eval_row(own),
+                          'twin_identified': _eval_row(ident_tw),
+                          'checkpoint': str(res.checkpoint), 'train_s': train_s,
+                          'evaluate_s': time.perf_counter() - t}
+        seconds[f'train_{name}'] = train_s
+        seconds[f'evaluate_{name}'] = policies[name]['evaluate_s']
+    world.close()
+    hidden = {'object_friction': truth[f'geom/{cfg.object_id}/friction'],
+              'object_mass': truth[f'body/{cfg.object_id}/mass'],
+              'command_latency': truth['global/command_latency'],
+              'joint_damping': [truth[f'joint/{j}/damping'] for j in world.joint_names]}
+    return {'name': spec.name, 'spec_path': spec.source_path, 'hidden': hidden,
+            'reconstruction': {k: v for k, v in recon.items() if not k.startswith('_')},
+            'identification': {'parameters': param_rows,
+                               **{k: v for k, v in ident.items()
+                                  if k not in ('parameters', 'start_values')}},
+            'policies': policies, 'stage_seconds': seconds}
+
+
+def _eval_row(ev) -> dict:
+    return {'success_rate': ev.success_rate, 'successes': ev.successes, 'trials': ev.n_trials,
+            'mean_error_m': ev.mean_error}
+
+
+# ------------------------------------------------------------------------ many cells
+def summarize(cells: list[dict]) -> dict:
+    ok = [c for c in cells if 'error' not in c]
+    out: dict = {'cells': len(cells), 'cells_failed': len(cells) - len(ok)}
+    if not ok:
+        return out
+    for name in POLICIES:
+        out[f'cell_success_{name}'] = float(np.mean(
+            [c['policies'][name]['cell']['success_rate'] for c in ok]))
+    out['gain_points_identified_dr_vs_nominal'] = 100 * (
+        out['cell_success_identified_dr'] - out['cell_success_nominal'])
+    pairs = [(c['policies'][n]['twin_identified']['success_rate'],
+              c['policies'][n]['cell']['success_rate']) for c in ok for n in POLICIES]
+    own = [(c['policies'][n]['twin_own']['success_rate'],
+            c['policies'][n]['cell']['success_rate']) for c in ok for n in POLICIES]
+    out['pearson_r_identified_twin_vs_cell'] = _pearson(pairs)
+    out['pearson_r_training_twin_vs_cell'] = _pearson(own)
+    rows = [r for c in ok for r in c['identification']['parameters']
+            if r.get('truth') is not None]
+    ided = [r for r in rows if r['identified']]
+    if ided:
+        out['identified_parameters'] = len(ided)
+        out['identified_within_10pct'] = float(np.mean([r['relative_error'] <= 0.10
+                                                        for r in ided]))
+        out['interval_coverage'] = float(np.mean([r['covered'] for r in rows]))
+    return out
+
+
+def _pearson(pairs) -> float | None:
+    a = np.asarray(pairs, float)
+    if len(a) < 3 or a[:, 0].std() == 0 or a[:, 1].std() == 0:
+        return None
+    return float(np.corrcoef(a[:, 0], a[:, 1])[0, 1])
+
+
+def _worker(args):
+    spec, cfg, out_dir, events = args
+
+    def progress(cell, stage):
+        if events is not None:
+            events.put((cell, stage))
+        else:
+            print(f'[{time.strftime("%H:%M:%S")}] {cell}: {stage}', flush=True)
+    try:
+        record = evaluate_cell(spec, cfg, out_dir, progress=progress)
+        progress(spec.name, 'done')
+        return record
+    except Exception as exc:   # one bad cell must not lose the others' results
+        progress(spec.name, 'failed')
+        return {'name': spec.name, 'spec_path': spec.source_path,
+                'error': f'{type(exc).__name__}: {exc}', 'traceback': traceback.format_exc()}
+
+
+def run(specs, cfg: HarnessConfig, out_dir: str | Path, jobs: int = 1,
+        json_path: str | Path | None = None, events=None) -> dict:
+    """Evaluate every cell (``jobs`` cells at a time, one core each) and write the JSON.
+    ``events``: a queue that receives (cell name, stage) as the cells progress."""
+    from ..artifacts import atomic_write_text
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    if jobs > 1 and len(specs) > 1:
+        ctx = multiprocessing.get_context('spawn')
+        with ctx.Manager() as manager:
+            q = manager.Queue() if events is not None else None
+            stop = False
+
+            def relay():
+                while not stop or (q is not None and not q.empty()):
+                    try:
+                        events.put(q.get(timeout=0.2))
+                    except Exception:   # noqa: BLE001 - queue.Empty from the manager proxy
+                        continue
+            relay_thread = None
+            if q is not None:
+                import threading
+                relay_thread = threading.Thread(target=relay, daemon=True)
+                relay_thread.start()
+            work = [(s, cfg, out_dir / s.name, q) for s in specs]
+            with ctx.Pool(min(jobs, len(work))) as pool:
+                cells = pool.map(_worker, work, chunksize=1)
+            stop = True
+            if relay_thread is not None:
+                relay_thread.join(timeout=2)
+    else:
+        cells = [_worker((s, cfg, out_dir / s.name, events)) for s in specs]
+    report = {'schema': SCHEMA, 'task': cfg.task, 'trials': cfg.trials,
+              'robot_urdf': cfg.robot_urdf or 'default', 'config': _plain(asdict(cfg)),
+              'cells': cells, 'summary': summarize(cells),
+              'wall_s': time.perf_counter() - t0, 'cpus': os.cpu_count()}
+    if json_path is not None:
+        atomic_write_text(json_path, json.dumps(_plain(report), indent=1))
+    return report
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+__all__ = ['HarnessConfig', 'POLICIES', 'SCHEMA', 'evaluate_cell', 'run', 'summarize']

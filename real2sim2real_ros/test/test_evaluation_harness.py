@@ -1,0 +1,127 @@
+"""The evaluation harness (r2s2r evaluate): cells drawn from the prior, the summary's figures,
+bad input, and one whole cell end to end with tiny budgets (the reported figures come from
+full runs: README results)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from real2sim2real_ros.core.evaluation.cells import PRIOR, draw_cell_data, draw_cells
+from real2sim2real_ros.core.evaluation.harness import (
+    POLICIES,
+    SCHEMA,
+    HarnessConfig,
+    _twin_name,
+    run,
+    summarize,
+)
+
+
+def test_drawn_cells_cover_the_prior_and_are_reproducible(tmp_path):
+    rng = np.random.default_rng(3)
+    draws = [draw_cell_data(rng, i) for i in range(200)]
+    mu = np.array([d['objects'][0]['friction'][0] for d in draws])
+    mass = np.array([d['objects'][0]['mass'] for d in draws])
+    lat = np.array([d['robot']['command_latency'] for d in draws])
+    assert PRIOR['friction'][0] <= mu.min() < 0.25 and 0.95 < mu.max() <= PRIOR['friction'][1]
+    assert 0.05 <= mass.min() < 0.07 and 0.8 < mass.max() <= 1.0
+    assert np.median(mass) == pytest.approx(np.sqrt(0.05 * 1.0), rel=0.25)   # log-uniform
+    assert lat.min() == 0.0 and lat.max() == 0.040 and np.allclose(lat * 1000 % 1, 0)
+    a = draw_cells(3, seed=5, out_dir=tmp_path)
+    b = draw_cells(3, seed=5)
+    assert [s.name for s in a] == ['drawn_0', 'drawn_1', 'drawn_2']
+    assert [s.object('box_0').friction for s in a] == [s.object('box_0').friction for s in b]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f'drawn_{i}.yaml' for i in range(3)]
+
+
+def test_truth_names_map_onto_the_twin_names():
+    m = {'box_0': 'box_7'}
+    assert _twin_name('geom/box_0/friction', m) == 'geom/object/box_7/friction'
+    assert _twin_name('body/box_0/mass', m) == 'body/object/box_7/mass'
+    assert _twin_name('joint/elbow_joint/damping', m) == 'joint/elbow_joint/damping'
+    assert _twin_name('global/command_latency', m) == 'global/command_latency'
+
+
+def _cell(name, twin, cell, rows=()):
+    return {'name': name, 'policies': {
+        p: {'cell': {'success_rate': c}, 'twin_identified': {'success_rate': t},
+            'twin_own': {'success_rate': 1.0}} for p, t, c in zip(POLICIES, twin, cell)},
+        'identification': {'parameters': list(rows)}}
+
+
+def test_summary_gain_correlation_and_parameter_scores():
+    row = {'truth': 0.5, 'identified': True}
+    cells = [_cell('a', [0.2, 0.9, 0.95], [0.1, 0.85, 0.9],
+                   [{**row, 'relative_error': 0.05, 'covered': True},
+                    {**row, 'relative_error': 0.2, 'covered': False}]),
+             _cell('b', [0.5, 1.0, 1.0], [0.4, 0.95, 1.0],
+                   [{**row, 'relative_error': 0.01, 'covered': True},
+                    {'truth': 1.0, 'identified': False, 'relative_error': 0.5,
+                     'covered': True}]),
+             {'name': 'c', 'error': 'RuntimeError: boom'}]
+    s = summarize(cells)
+    assert s['cells'] == 3 and s['cells_failed'] == 1
+    assert s['cell_success_nominal'] == pytest.approx(0.25)
+    assert s['gain_points_identified_dr_vs_nominal'] == pytest.approx(70.0)
+    twin = [0.2, 0.9, 0.95, 0.5, 1.0, 1.0]
+    cell = [0.1, 0.85, 0.9, 0.4, 0.95, 1.0]
+    assert s['pearson_r_identified_twin_vs_cell'] == pytest.approx(np.corrcoef(twin, cell)[0, 1])
+    assert s['pearson_r_training_twin_vs_cell'] is None      # no variance: undefined, not 1
+    assert s['identified_parameters'] == 3
+    assert s['identified_within_10pct'] == pytest.approx(2 / 3)
+    assert s['interval_coverage'] == pytest.approx(3 / 4)
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path):
+    def cli(*args):
+        return subprocess.run([sys.executable, '-m', 'real2sim2real_ros.cli.evaluate_cli', *args],
+                              capture_output=True, text=True, timeout=120)
+    bad = cli('--task', 'juggle', '--draw-cells', '1', '--json', str(tmp_path / 'x.json'))
+    assert bad.returncode == 2 and "unknown task 'juggle'" in bad.stderr
+    none = cli('--json', str(tmp_path / 'x.json'))
+    assert none.returncode == 2 and '--cell-spec' in none.stderr
+    spec = tmp_path / 'broken.yaml'
+    spec.write_text('name: broken\nobjects: 3\n')
+    broken = cli('--cell-spec', str(spec), '--json', str(tmp_path / 'x.json'))
+    assert broken.returncode == 2 and broken.stderr.count('\n') == 1
+    assert not (tmp_path / 'x.json').exists()
+
+
+TINY = {'demos': 12, 'self_imitation_rounds': 0, 'bc_epochs': 150,
+        'ppo': {'iterations': 0}, 'eval_trials': 3}
+
+
+def test_one_cell_end_to_end_scores_every_stage(tmp_path):
+    """Tiny budgets: this checks the plumbing and the scores' consistency, not the figures."""
+    spec = draw_cells(1, seed=11)[0]
+    cfg = HarnessConfig(trials=3, train=TINY)
+    report = run([spec], cfg, tmp_path / 'out', jobs=1, json_path=tmp_path / 'r.json')
+    saved = json.loads((tmp_path / 'r.json').read_text())
+    assert saved['schema'] == SCHEMA and saved['summary']['cells_failed'] == 0, \
+        saved['cells'][0].get('traceback')
+    c = report['cells'][0]
+    truth_mu = spec.object('box_0').friction[0]
+    assert c['hidden']['object_friction'] == truth_mu
+    # Reconstruction found both objects, the box within 5 mm.
+    rec = {o['id']: o for o in c['reconstruction']['objects']}
+    assert set(rec) == {'box_0', 'cylinder_0'} and rec['box_0']['position_error_m'] < 0.005
+    # Identification: 5 probe executions; the object's friction is scored against the truth.
+    ident = c['identification']
+    assert ident['probes'] == 5 and ident['strikes'] == 3
+    fr = next(r for r in ident['parameters'] if r['name'].endswith('box_0/friction'))
+    assert fr['truth'] == truth_mu
+    assert fr['relative_error'] == pytest.approx(abs(fr['estimate'] - truth_mu) / truth_mu)
+    assert fr['covered'] == (fr['lower_95'] <= truth_mu <= fr['upper_95'])
+    assert ident['arm_residual_after'] < ident['arm_residual_before']
+    # Three policies, each scored on the cell and in twins over the same trials.
+    for name in POLICIES:
+        p = c['policies'][name]
+        for where in ('cell', 'twin_own', 'twin_identified'):
+            assert p[where]['trials'] == 3
+            assert p[where]['success_rate'] == p[where]['successes'] / 3
+        assert (tmp_path / 'out' / spec.name / 'checkpoints' / name / 'policy.json').is_file()
+    assert c['policies']['identified']['twin_own'] == \
+        c['policies']['identified']['twin_identified']
+    assert set(c['stage_seconds']) >= {'reconstruct', 'identify', 'train_nominal'}
