@@ -30,6 +30,7 @@ from real2sim2real_msgs.action import (
     ExecuteTrajectory,
     Identify,
     Rollout,
+    RunLoop,
     Train,
 )
 from real2sim2real_msgs.msg import PhysicalParameter, PhysicalParameterSet
@@ -62,6 +63,7 @@ GRAPH = {
     'scene_reconstruction': ([], ['scene_reconstruction/reconstruct']),
     'object_tracker': (['object_tracker/reset'], []),
     'policy_trainer': ([], ['policy_trainer/train', 'policy_trainer/evaluate']),
+    'loop_coordinator': ([], ['loop_coordinator/run_loop']),
 }
 # Only the emulated cell has these; a physical cell brings its own drivers instead.
 EMULATED_ONLY = ('emulated_cell',)
@@ -363,4 +365,18 @@ class Commander:
         goal = Evaluate.Goal(checkpoint_path=str(checkpoint_path), task=str(task),
                              trials=int(trials))
         return self.run_action(Evaluate, 'policy_trainer/evaluate', goal, feedback=feedback,
+                               timeout=timeout, cancel_after=cancel_after)
+
+    # -- loop coordinator ----------------------------------------------------------------------
+    def run_loop(self, task: str = '', run_dir: str = '', skip_stages: Sequence[str] = (),
+                 resume: bool = False, *, feedback: Callable | None = None,
+                 timeout: float = 7200.0, cancel_after: float | None = None):
+        """The whole loop (capture -> reconstruct -> identify -> train -> execute ->
+        evaluate) through loop_coordinator's ``~/run_loop``. ``task``/``run_dir`` '' = the
+        node's; ``skip_stages``: stages to skip (their artifacts must exist); ``resume``:
+        skip the leading stages whose artifacts exist. Feedback: stage ("<stage>[: detail]"),
+        progress 0..1. Returns the RunLoop result (error_code, failed_stage, summary_path)."""
+        goal = RunLoop.Goal(task=str(task), run_dir=str(run_dir),
+                            skip_stages=[str(s) for s in skip_stages], resume=bool(resume))
+        return self.run_action(RunLoop, 'loop_coordinator/run_loop', goal, feedback=feedback,
                                timeout=timeout, cancel_after=cancel_after)

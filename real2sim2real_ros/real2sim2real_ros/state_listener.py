@@ -35,7 +35,4 @@ class StateListener:
 
     def close(self):
         self._executor.shutdown(timeout_sec=1.0)
-        # The spin thread must be gone before the process exits: a daemon thread still inside
-        # rcl at interpreter exit aborts it ("terminate called without an active exception").
-        self._thread.join(timeout=2.0)
         self.node.destroy_node()
