@@ -16,6 +16,14 @@ Interfaces (node-relative, so they never collide with the cell's ``/joint_states
   paused only), ``~/set_physical_parameters``, ``~/get_physical_parameters``, ``~/load_scene``
 * action ``~/rollout`` (Rollout): one batched ``mujoco.rollout`` per chunk of parameter
   samples over ``nthread`` threads, feedback per chunk, cancel between chunks.
+* the twin seen through real cameras (``camera_names``; off and free when empty): per camera
+  it reads the REAL camera's ``<name>/color/camera_info`` (intrinsics) and latched
+  ``<name>/extrinsics`` (PoseStamped of the colour optical frame in the twin's world) and
+  publishes ``~/<name>/color/image_raw`` (rgb8), ``~/<name>/depth/image_rect_raw`` (32FC1 m,
+  NaN = nothing) and ``~/<name>/color/camera_info`` (qos.IMAGES, stamped with the twin's time)
+  at ``camera_rate`` Hz of wall time, and once per camera on ``~/render`` (std_srvs/Trigger;
+  works with camera_rate 0). Rendering (core/twin_camera.py: the pinhole model exactly,
+  distortion ignored) runs on its own thread; the twin's lock is held only to snapshot it.
 
 The live loop runs ``real_time_factor`` times faster than the wall clock (0: as fast as it
 can). Bad input answers success=false / an error code with a message; the node keeps
@@ -29,13 +37,15 @@ import threading
 import time
 
 import numpy as np
+from geometry_msgs.msg import PoseStamped
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
-from std_srvs.srv import SetBool
+from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from real2sim2real_msgs.action import Rollout
@@ -49,6 +59,7 @@ from real2sim2real_msgs.srv import (
 )
 
 from .. import qos
+from ..core import camera_model
 from ..core.joint_trajectory import TrajectoryError, TrajectoryFollower
 from ..core.parameters import ParameterError, UnknownParameterError, default_unit
 from ..core.twin import InvalidRolloutError, Twin, TwinError, UnstableTwinError
@@ -106,7 +117,8 @@ class SimServerNode(Node):
                 (StepSim, '~/step', self._on_step),
                 (SetPhysicalParameters, '~/set_physical_parameters', self._on_set_params),
                 (GetPhysicalParameters, '~/get_physical_parameters', self._on_get_params),
-                (LoadScene, '~/load_scene', self._on_load_scene)):
+                (LoadScene, '~/load_scene', self._on_load_scene),
+                (Trigger, '~/render', self._on_render)):
             self.create_service(srv, name, handler, callback_group=cb)
         self._action = ActionServer(
             self, Rollout, '~/rollout', self._on_rollout,
@@ -115,6 +127,10 @@ class SimServerNode(Node):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name='sim', daemon=True)
         self._thread.start()
+        self._cameras: dict[str, dict] = {}
+        self._cam_thread = None
+        if self.p_camera_names:
+            self._make_cameras(cb)
         self.get_logger().info(
             f'sim_server ready: timestep {self.p_timestep * 1e3:.1f} ms, real_time_factor '
             f'{self.p_rtf or "max"}, {"paused" if self._paused else "running"}, '
@@ -157,6 +173,16 @@ class SimServerNode(Node):
             self.p_chunk = declare(self, 'rollout_chunk', 8,
                                    'Parameter samples per batched rollout call (feedback and '
                                    'cancel happen between calls).', lo=1, hi=4096)
+            # Typed, no default: an empty list default would be a BYTE_ARRAY in rclpy.
+            self.p_camera_names = [str(n).strip('/') for n in declare(
+                self, 'camera_names', Parameter.Type.STRING_ARRAY,
+                'Real cameras (namespaces of <name>/color/camera_info and <name>/extrinsics) '
+                'the twin is rendered through on ~/<name>/...; empty = off.',
+                type_='string_array', read_only=True) or [] if str(n).strip('/')]
+            self.p_camera_rate = declare(
+                self, 'camera_rate', 0.0,
+                'Twin camera frames per second of wall time; 0 = only on ~/render.',
+                lo=0.0, hi=60.0, read_only=True)
         except Exception as exc:  # noqa: BLE001 - rclpy range/type errors
             raise self._config_error(f'sim_server parameters: {exc}') from None
 
@@ -197,6 +223,140 @@ class SimServerNode(Node):
 
     def _on_description(self, msg: String):
         self._build(msg.data, fatal=False)
+
+    # ------------------------------------------------------------------ twin cameras
+    def _make_cameras(self, cb):
+        for name in self.p_camera_names:
+            cam = {'intrinsics': None, 'pose': None, 'renderer': None, 'info': None}
+            cam['pub_color'] = self.create_publisher(Image, f'~/{name}/color/image_raw',
+                                                     qos.IMAGES)
+            cam['pub_depth'] = self.create_publisher(Image, f'~/{name}/depth/image_rect_raw',
+                                                     qos.IMAGES)
+            cam['pub_info'] = self.create_publisher(CameraInfo, f'~/{name}/color/camera_info',
+                                                    qos.IMAGES)
+            # Best effort reads a reliable or a best-effort (sensor_data) driver alike.
+            self.create_subscription(CameraInfo, f'{name}/color/camera_info',
+                                     lambda m, c=cam: self._on_camera_info(c, m),
+                                     qos.SENSOR_DATA, callback_group=cb)
+            self.create_subscription(PoseStamped, f'{name}/extrinsics',
+                                     lambda m, c=cam: self._on_extrinsics(c, m),
+                                     qos.LATCHED, callback_group=cb)
+            self._cameras[name] = cam
+        self._render_request = threading.Event()
+        self._render_done = threading.Condition()
+        self._render_count = 0
+        self._render_report = ''
+        self._cam_thread = threading.Thread(target=self._camera_loop, name='cameras',
+                                            daemon=True)
+        self._cam_thread.start()
+
+    @staticmethod
+    def _on_camera_info(cam: dict, msg: CameraInfo):
+        k = msg.k
+        if msg.width and msg.height and k[0] > 0 and k[4] > 0:
+            cam['intrinsics'] = camera_model.Intrinsics(
+                int(msg.width), int(msg.height), float(k[0]), float(k[4]), float(k[2]),
+                float(k[5]))
+
+    @staticmethod
+    def _on_extrinsics(cam: dict, msg: PoseStamped):
+        p, o = msg.pose.position, msg.pose.orientation
+        w, x, y, z = o.w, o.x, o.y, o.z
+        n = math.sqrt(w * w + x * x + y * y + z * z) or 1.0
+        w, x, y, z = w / n, x / n, y / n, z / n
+        rot = np.array([
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+        cam['pose'] = (rot, np.array([p.x, p.y, p.z]))
+
+    def _camera_loop(self):
+        period = 1.0 / self.p_camera_rate if self.p_camera_rate > 0 else None
+        next_due = time.monotonic()
+        try:
+            while not self._stop.is_set() and self.context.ok():
+                timeout = 0.2 if period is None else max(0.0, next_due - time.monotonic())
+                self._render_request.wait(timeout)
+                if self._stop.is_set():
+                    break
+                asked = self._render_request.is_set()
+                if not asked and (period is None or time.monotonic() < next_due):
+                    continue
+                self._render_request.clear()
+                report = self._render_all()
+                if asked:
+                    with self._render_done:
+                        self._render_count += 1
+                        self._render_report = report
+                        self._render_done.notify_all()
+                if period is not None and not asked:
+                    next_due = max(next_due + period, time.monotonic())
+        except Exception as exc:  # noqa: BLE001
+            if not self._stop.is_set() and self.context.ok():
+                self.get_logger().error(f'twin camera loop stopped: {exc!r}')
+        finally:
+            for cam in self._cameras.values():   # GL contexts belong to this thread
+                if cam['renderer'] is not None:
+                    cam['renderer'].close()
+                    cam['renderer'] = None
+
+    def _render_all(self) -> str:
+        """Render and publish every ready camera; '' or what is missing."""
+        from ..core.twin_camera import TwinCamera
+        missing = []
+        for name, cam in self._cameras.items():
+            intr, pose = cam['intrinsics'], cam['pose']
+            if intr is None or pose is None:
+                missing.append(f'{name}: no {"camera_info" if intr is None else "extrinsics"}')
+                continue
+            with self._lock:
+                twin = self.twin
+                if twin is None:
+                    return f'no twin: {self._problem}'
+                r = cam['renderer']
+                if r is None or r.model is not twin.model or r.intrinsics != intr:
+                    if r is not None:
+                        r.close()
+                    r = cam['renderer'] = TwinCamera(twin.model, intr)
+                r.update(twin.data, *pose)       # snapshot of the twin; pixels outside
+                stamp = _stamp(twin.data.time)
+            rgb, depth = r.render_pixels()
+            self._publish_camera(name, cam, intr, stamp, rgb, depth)
+        return '; '.join(missing)
+
+    def _publish_camera(self, name, cam, intr, stamp, rgb, depth):
+        frame = camera_model.color_optical_frame(name)
+        img = Image(height=intr.height, width=intr.width, encoding='rgb8',
+                    step=intr.width * 3)
+        img.header.stamp, img.header.frame_id = stamp, frame
+        img.data = np.ascontiguousarray(rgb).tobytes()
+        cam['pub_color'].publish(img)
+        dimg = Image(height=intr.height, width=intr.width, encoding='32FC1',
+                     step=intr.width * 4, is_bigendian=0)
+        dimg.header.stamp, dimg.header.frame_id = stamp, frame
+        dimg.data = np.ascontiguousarray(depth, dtype=np.float32).tobytes()
+        cam['pub_depth'].publish(dimg)
+        info = CameraInfo(**intr.camera_info_fields())
+        info.header.stamp, info.header.frame_id = stamp, frame
+        cam['pub_info'].publish(info)
+
+    def _on_render(self, req, resp):
+        if not self._cameras:
+            resp.success, resp.message = False, 'no cameras configured (camera_names)'
+            return resp
+        with self._render_done:
+            target = self._render_count + 1
+            self._render_request.set()
+            ok = self._render_done.wait_for(lambda: self._render_count >= target, timeout=10.0)
+            report = self._render_report
+        if not ok:
+            resp.success, resp.message = False, 'rendering did not finish within 10 s'
+        elif report:
+            resp.success, resp.message = False, report
+        else:
+            resp.success = True
+            resp.message = f'rendered {", ".join(self._cameras)}'
+        return resp
 
     # ------------------------------------------------------------------ live loop
     def _loop(self):
@@ -484,6 +644,9 @@ class SimServerNode(Node):
     def close(self):
         self._stop.set()
         self._thread.join(timeout=2.0)
+        if self._cam_thread is not None:
+            self._render_request.set()
+            self._cam_thread.join(timeout=5.0)
         self._action.destroy()
         with self._lock:
             if self.twin is not None:
