@@ -115,12 +115,12 @@ def test_bad_checkpoints_raise_a_clear_error_naming_the_file(tmp_path, robot, sl
     cfg['task'] = {'task': 'slide_to_target', 'speed_range': [1.0, 0.5]}
     (ck / 'policy.json').write_text(json.dumps(cfg))
     _expect(bad, lambda: load(ck, robot), ck / 'policy.json', 'speed_range')
-    # A push_to_pose network (6 inputs) filed as a slide_to_target policy.
+    # A push_to_pose network (12 inputs) filed as a slide_to_target policy.
     ck = checkpoint(tmp_path, push, name='wrong_dims')
     cfg = json.loads((ck / 'policy.json').read_text())
     cfg['task'] = slide.config()
     (ck / 'policy.json').write_text(json.dumps(cfg))
-    _expect(bad, lambda: load(ck, robot), ck, '6 observations')
+    _expect(bad, lambda: load(ck, robot), ck, f'{push.observation_dim} observations')
     # Task mismatch: the goal asks for another task than the checkpoint was trained for.
     ck = checkpoint(tmp_path, slide, name='slide')
     _expect(bad, lambda: load(ck, robot, 'push_to_pose'), ck, 'task mismatch',
@@ -258,7 +258,9 @@ def test_slide_episode_on_the_emulated_cell_moves_the_box_to_the_goal(slide, gat
     cell = CellLoop()
     start = cell.pose()
     goal = start.xy + 0.11 * np.array([np.cos(0.1), np.sin(0.1)])
-    ep = pe.make_episode(loaded(slide, demo_speed(0.55)), gate, goal)
+    # The cell's box has friction 0.55, but the servo launches it ~30% faster than the
+    # commanded speed (the twin reproduces that; this analytic rule does not): aim softer.
+    ep = pe.make_episode(loaded(slide, demo_speed(0.35)), gate, goal)
     approach, strike = ep.start(cell.q(), start)
     cell.send(gate, approach, approach.duration + 0.5)
     # The approach does not touch the box.
