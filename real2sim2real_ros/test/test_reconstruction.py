@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from real2sim2real_ros.core import camera_model
-from real2sim2real_ros.core.cell_spec import ObjectSpec, load_cell_spec, look_at_rotation
+from real2sim2real_ros.core.cell_spec import ObjectSpec, load_cell_spec
 from real2sim2real_ros.core.emulated_world import EmulatedWorld, load_robot_model
+from real2sim2real_ros.core.evaluation.cells import ring_cameras
 from real2sim2real_ros.core.reconstruction import (
     CameraIntrinsics,
     CaptureView,
@@ -32,22 +33,6 @@ from real2sim2real_ros.core.reconstruction.robot_mask import mujoco_robot_mask
 from real2sim2real_ros.core.reconstruction.views import pose_matrix
 
 CELLS = Path(__file__).resolve().parents[1] / 'config' / 'cells'
-
-
-def ring_cameras(spec, n: int, radius: float = 0.55, height: float = 0.6):
-    """``n`` cameras on an arc around the table centre, all looking at it; the arc leaves out
-    the side of the robot base (a camera there would look into the arm)."""
-    base = spec.cameras[0]
-    t = spec.table
-    centre = np.array([t.center[0], t.center[1], t.height])
-    cams = []
-    for i in range(n):
-        a = np.radians(-135 + 270 * i / (n - 1)) if n > 1 else -np.pi / 2
-        eye = centre + [radius * np.cos(a), radius * np.sin(a), height]
-        rot = look_at_rotation(eye, centre)
-        cams.append(dataclasses.replace(base, name=f'ring{i}', position=tuple(eye),
-                                        rotation=tuple(map(tuple, rot))))
-    return dataclasses.replace(spec, cameras=tuple(cams))
 
 
 def capture(spec, calibration_error: bool = True):
