@@ -183,14 +183,27 @@ def test_push_reset_distribution_and_observation(push):
     dist = [np.linalg.norm(r.goal_xy - r.object_xy) for r in resets]
     assert 0.08 <= min(dist) and max(dist) <= np.hypot(0.15, 0.05) + 1e-9
     assert np.std([r.object_yaw for r in resets]) > 0.1
-    assert all(5 <= r.extra['kick_step'] < push.cfg.max_steps // 2 for r in resets)
+    # The goal yaw reaches beyond the tolerance: a box that keeps its start yaw fails some.
+    yaw_change = [abs(r.goal_yaw - r.object_yaw) for r in resets]
+    assert max(yaw_change) > push.cfg.yaw_tolerance
+    lo, hi = push.cfg.kick_steps
+    assert all(lo <= r.extra['kick_step'] < hi for r in resets)      # mid-push
+    tips = np.array([r.extra['tip_start_xy'] for r in resets])
+    behind = np.array([r.object_xy for r in resets])[:, 0] - tips[:, 0]
+    assert np.all(np.abs(behind - 0.09) <= push.cfg.tip_start_jitter + 1e-12)
+    assert np.std(behind) > 0.003                                      # perturbed tool start
     state = {'object_xy': np.array([0.5, 0.0]), 'object_yaw': 0.2, 'object_z': 0.025,
              'goal_xy': np.array([0.52, 0.0]), 'goal_yaw': 0.0,
              'tip_xy': np.array([0.45, 0.01])}
+    c, s = np.cos(0.2), np.sin(0.2)
     np.testing.assert_allclose(push.observation(state),
-                               [-0.02, 0, np.sin(0.2), np.cos(0.2), -0.05, 0.01], atol=1e-12)
+                               [-0.02, 0, s, c, -0.05, 0.01, s, c,      # world frame
+                                -0.02 * c, 0.02 * s,                   # box - goal, box frame
+                                -0.05 * c + 0.01 * s, 0.05 * s + 0.01 * c], atol=1e-12)
+    assert push.observation_dim == 12
     assert push.success(state)
-    assert not push.success({**state, 'object_yaw': 0.6})
+    assert not push.success({**state, 'object_yaw': 0.3})
+    assert not push.success({**state, 'goal_xy': np.array([0.54, 0.0])})
     assert not push.success({**state, 'object_z': 0.2})
 
 
@@ -201,10 +214,27 @@ def test_push_scripted_demonstrator_succeeds_in_the_twin_despite_kicks(push, twi
     for _ in range(6):
         reset = push.sample_reset(rng)
         results.append(push.run_episode(world, reset, push.scripted_demo_policy(reset, rng)))
-    assert sum(r.success for r in results) >= 4
+    assert sum(r.success for r in results) >= 5
     for r in results:
-        assert r.observations.shape == (r.info['steps'], 6)
+        assert r.observations.shape == (r.info['steps'], push.observation_dim)
         assert np.all(np.abs(r.actions) <= push.cfg.max_speed + 1e-12)
+        assert len(r.info['rewards']) == r.info['steps'] and r.info['kicked']
+        if r.success:   # position AND yaw
+            assert r.final_error <= push.cfg.position_tolerance
+            assert r.info['yaw_error'] <= push.cfg.yaw_tolerance
+
+
+def test_push_expert_steers_the_yaw_and_is_a_function_of_the_observation(push, twin):
+    """The expert turns the box to the goal yaw (a push at a lateral offset), and labels any
+    observation the same way (DAgger relies on it)."""
+    xy = np.array([0.48, 0.05])
+    reset = ResetSample(xy, 0.0, xy + [0.12, 0.0], 0.3, {'kick_step': -1})
+    res = push.run_episode(TwinWorld(twin, 'box_0'), reset,
+                           lambda o: push.expert_action(o))
+    assert res.success and abs(res.final_object_yaw - 0.3) < push.cfg.yaw_tolerance
+    assert res.final_object_yaw > 0.1                      # it turned the box, not luck
+    obs = res.observations[len(res.observations) // 2]
+    np.testing.assert_array_equal(push.expert_action(obs), push.expert_action(obs.copy()))
 
 
 def test_push_kick_moves_the_box_and_bad_actions_are_rejected(push, twin):

@@ -1,6 +1,10 @@
 """The policy_trainer's ROS-free core: demos -> twin replay -> imitation -> PPO with domain
 randomisation -> checkpoint -> twin evaluation. One call, one checkpoint directory.
 
+One-shot tasks (slide_to_target) train here; closed-loop tasks (push_to_pose) go to
+core/policies/closed_loop.py (expert demos -> DAgger -> multi-step PPO -> model selection),
+configured by ``TrainConfig.closed_loop``.
+
 The node (not here) gathers the inputs (robot, scene, identified ParameterSet), calls
 :func:`train_policy` and reports the result; the checkpoint it writes loads with
 core/policies/policy.py alone.
@@ -18,6 +22,9 @@ import torch
 
 from ..parameters import ParameterSet
 from ..tasks.worlds import TwinWorld
+from .closed_loop import ClosedLoopConfig, train_closed_loop
+from .closed_loop_ppo import ClosedLoopPPOConfig
+from .dagger import DaggerConfig
 from .evaluate import EvaluationResult, evaluate
 from .imitation import behaviour_cloning, collect_scripted_demos, hindsight_self_imitation
 from .policy import MLPPolicy, save_checkpoint
@@ -40,6 +47,17 @@ class TrainConfig:
     randomization_min_relative: float = 0.0
     eval_trials: int = 20
     seed: int = 0
+    # Closed-loop tasks only (DAgger, multi-step PPO, workers): core/policies/closed_loop.py.
+    closed_loop: ClosedLoopConfig = field(default_factory=ClosedLoopConfig)
+
+    def __post_init__(self):
+        if isinstance(self.closed_loop, dict):   # e.g. evaluation harness overrides
+            cl = dict(self.closed_loop)
+            if isinstance(cl.get('dagger'), dict):
+                cl['dagger'] = DaggerConfig(**cl['dagger'])
+            if isinstance(cl.get('ppo'), dict):
+                cl['ppo'] = ClosedLoopPPOConfig(**cl['ppo'])
+            self.closed_loop = ClosedLoopConfig(**cl)
 
 
 @dataclass
@@ -54,6 +72,7 @@ class TrainResult:
     ppo_success_per_iteration: list
     randomization: dict
     cpu_seconds: float
+    details: dict = field(default_factory=dict)   # closed-loop: dagger history, ppo_kept, ...
 
 
 class TrainingCanceled(Exception):
@@ -107,8 +126,13 @@ def train_policy(task, twin, parameters: ParameterSet | None = None,
     ``progress(stage, fraction, twin_success)``: stage one of demos, imitation,
     self_imitation, evaluate, ppo; fraction 0..1 over the whole run, monotonic; called often
     (per episode / epoch). Returning False (or raising TrainingCanceled) stops training with
-    TrainingCanceled. NoDemonstrationsError when no demonstration succeeds in the twin."""
+    TrainingCanceled. NoDemonstrationsError when no demonstration succeeds in the twin.
+
+    Closed-loop tasks: imitation is DAgger and ppo the multi-step PPO of closed_loop.py
+    (``config.closed_loop``); cpu_seconds includes the episode workers'."""
     cfg = config or TrainConfig()
+    if not getattr(task, 'one_shot', False):
+        return train_closed_loop(task, twin, parameters, cfg, checkpoint_dir, progress)
     t0 = time.process_time()
     torch.manual_seed(cfg.seed)
     world = TwinWorld(twin, task.object_id)

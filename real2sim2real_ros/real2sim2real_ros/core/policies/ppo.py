@@ -7,8 +7,8 @@ episode draws its own physical parameters from a :class:`DomainRandomization` (r
 the identified 95% intervals), so the policy learns a strike that works across what the
 identification could not rule out.
 
-Closed-loop tasks (push_to_pose) are not trained here yet: they get behaviour cloning only
-(stable-baselines3's PPO would be the natural tool for them once the lead pins it).
+Closed-loop tasks (push_to_pose) are trained by core/policies/closed_loop.py (DAgger, then
+the multi-step PPO with GAE of core/policies/closed_loop_ppo.py).
 """
 from __future__ import annotations
 
