@@ -10,7 +10,7 @@ import pytest
 
 from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
 from real2sim2real_ros.core.emulated_world import EmulatedWorld
-from real2sim2real_ros.core.joint_trajectory import JointTrajectoryCommand
+from real2sim2real_ros.core.evaluation.identification import record_probe
 from real2sim2real_ros.core.parameters import (
     InvalidBoundsError,
     ParameterSet,
@@ -38,20 +38,10 @@ def make_cell(damping_scale, latency, seed):
 
 
 def record(world, probe, period=0.002, settle=0.3) -> Recording:
-    """Execute ``probe`` on the emulated cell; record its noisy joint positions."""
+    """Execute ``probe`` on the emulated cell from its reset state; record its noisy joint
+    positions (the harness's recorder)."""
     world.reset()
-    world.step_for(settle)
-    ref0 = world.controller_state()['reference_positions']
-    q0, t0 = world.joint_positions(), world.time
-    world.set_trajectory(JointTrajectoryCommand(probe.joint_names, probe.times,
-                                                probe.positions, probe.velocities), now=t0)
-    ts, qs = [], []
-    for _ in range(int(round((probe.duration + 0.2) / period))):
-        world.step_for(period)
-        ts.append(world.time - t0)
-        qs.append(world.joint_positions())
-    return Recording(np.array(ts), np.array(qs), q0, probe.times, probe.positions,
-                     probe.velocities, None, ref0, name=probe.name)
+    return record_probe(world, probe, period, settle)
 
 
 def twin_for(robot, spec):
