@@ -37,12 +37,15 @@ def test_disarmed_executor_is_execution_failed(live):
 
 
 def test_live_estimates_match_the_hidden_truth(live):
-    """Honest estimates: every parameter the probes pin down (95% interval within +-10%) is
-    within 10% of the truth, latency within 1 ms, and the intervals cover the truth.
+    """Honest estimates: every parameter the probes pin down is within 10% of the truth,
+    latency within 1 ms, and the intervals cover the truth.
 
-    Two 4 s probes do not pin every one of the 20 parameters to 10%: viscous damping and
-    friction loss trade off (intervals of +-25-50%, measured); their intervals must still hold
-    the truth. The held-out probe at the noise level shows the bags' time axis is exact."""
+    "Pinned down" here: a 95% interval within +-6.5% of the estimate, so that 10% is three
+    standard errors; a parameter whose interval is just inside +-10% misses 10% in 5% of
+    runs by the interval's own definition (seen: wrist_3 armature 10.7% off, interval
+    +-9.9%), which would make this test fail at random. Two 8 s probes at the executor's
+    100 Hz do not pin all 20 parameters; the rest must still have intervals that hold the
+    truth. The held-out probe at the noise level shows the bags' time axis is exact."""
     _, _, _, result, feedback, truth = live
     assert result.error_code == IR.NONE, result.error_msg
     est = {p.name: p for p in result.parameters.parameters}
@@ -52,7 +55,7 @@ def test_live_estimates_match_the_hidden_truth(live):
         t = truth[name]
         assert p.lower_95 <= p.value <= p.upper_95 and p.identified, name
         covered += p.lower_95 <= t <= p.upper_95
-        if (p.upper_95 - p.lower_95) / 2 <= 0.10 * abs(p.value):
+        if (p.upper_95 - p.lower_95) / 2 <= 0.065 * abs(p.value):
             checked.append(name)
             assert abs(p.value - t) <= 0.10 * t, (name, p.value, t)
     assert {'global/command_latency', 'global/gravity_compensation'} <= set(checked), checked

@@ -167,6 +167,8 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
             'strikes': len(strike_recs),
             'object_heldout_error_before': fit.heldout_error_before,
             'object_heldout_error_after': fit.heldout_error_after,
+            'object_heldout_along_before': fit.heldout_along_before,
+            'object_heldout_along_after': fit.heldout_along_after,
             'arm_heldout_joint_error_before': getattr(fit, 'heldout_joint_before', None),
             'arm_heldout_joint_error_after': getattr(fit, 'heldout_joint_after', None),
             'tracker_frames': tracker.frames,
