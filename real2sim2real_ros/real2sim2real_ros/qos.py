@@ -21,6 +21,14 @@ IMAGES = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=10,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
 
+# Images a slow consumer processes one at a time (the object tracker): reliable keep-last-1.
+# With keep-last-10 a consumer that falls behind under load works through a queue of old
+# frames (measured in the loop demo: tracked poses 1.5-2 s old); with one slot it always gets
+# the newest frame and the older ones are dropped.
+LATEST_IMAGES = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+
 # /joint_states, controller state: reliable keep-last-10, as robot_state_publisher expects.
 STATE = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=10,
@@ -51,6 +59,7 @@ CLOCK = QoSProfile(
 PROFILES = {
     'sensor_data': SENSOR_DATA,
     'images': IMAGES,
+    'latest_images': LATEST_IMAGES,
     'state': STATE,
     'state_recording': STATE_RECORDING,
     'command': COMMAND,

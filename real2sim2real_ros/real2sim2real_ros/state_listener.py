@@ -35,4 +35,7 @@ class StateListener:
 
     def close(self):
         self._executor.shutdown(timeout_sec=1.0)
+        # The spin thread must have left rcl's wait before its node goes (a thread still in
+        # it aborted the process at exit: "terminate called without an active exception").
+        self._thread.join(timeout=2.0)
         self.node.destroy_node()

@@ -81,6 +81,16 @@ def main(argv=None) -> int:
                   f'commanded start -> motion {e["command_to_motion_ms_median"]:.1f} ms median, '
                   f'{e["command_to_motion_ms_max"]:.1f} ms max ({e["trials"]} trials)')
 
+    results['tracker_lag'] = [cell_bench.tracker_lag(run_dir, q)
+                              for q in ('images', 'latest_images')]
+    t = Table(title='object tracker pose age on the real-time cell, 2 CPU-bound processes')
+    for c in ('depth QoS', 'poses/s', 'median ms', 'p95 ms', 'max ms'):
+        t.add_column(c)
+    for r in results['tracker_lag']:
+        t.add_row(r['image_qos'], f'{r["rate_hz"]:.1f}', f'{r["age_ms_median"]:.0f}',
+                  f'{r["age_ms_p95"]:.0f}', f'{r["age_ms_max"]:.0f}')
+    console.print(t)
+
     from real2sim2real_ros.bench import twin_bench
     results['twin'] = tw = twin_bench.run_all(run_dir)
     node, bare = tw['step']['sim_server'], tw['step']['in_process']

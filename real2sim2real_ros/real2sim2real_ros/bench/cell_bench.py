@@ -138,3 +138,98 @@ def cell_camera_and_executor(run_dir: Path, trials=5) -> dict:
     finally:
         graph.stop(timeout=30)
     return out
+
+
+def _publish_scene(spec):
+    """Latch a Scene with the spec's objects, as scene_reconstruction would; returns a closer."""
+    import math
+
+    import rclpy
+    from geometry_msgs.msg import Point, Pose, Quaternion, Vector3
+
+    from real2sim2real_msgs.msg import ObjectEstimate, Scene
+    from real2sim2real_ros import qos
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node('bench_scene_publisher', context=ctx)
+    pub = node.create_publisher(Scene, 'scene', qos.LATCHED)
+    scene = Scene(table_height=float(spec.table.height), artifact_dir='bench')
+    scene.header.frame_id = 'world'
+    for o in spec.objects:
+        ext = tuple(o.size) if o.shape == 'box' else (o.size[0], o.size[0], o.size[1])
+        scene.objects.append(ObjectEstimate(
+            id=o.id, shape=o.shape, extents=Vector3(x=ext[0], y=ext[1], z=ext[2]),
+            pose=Pose(position=Point(x=o.xyz[0], y=o.xyz[1], z=o.xyz[2]),
+                      orientation=Quaternion(w=math.cos(o.yaw / 2), z=math.sin(o.yaw / 2)))))
+    pub.publish(scene)
+
+    def close():
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+    return close
+
+
+def tracker_lag(run_dir: Path, image_qos: str, busy_processes: int = 2,
+                seconds: float = 20.0) -> dict:
+    """Age of the object tracker's poses on the real-time emulated cell while
+    ``busy_processes`` spin the CPU (what policy training does during the loop), with the
+    tracker's depth subscription on ``image_qos``. Age: the newest /joint_states stamp
+    received by then minus the pose's (depth frame's) stamp -- both on the cell's clock, which
+    itself lags the wall clock under load."""
+    import yaml
+    from ament_index_python.packages import get_package_share_directory
+
+    from sensor_msgs.msg import JointState
+
+    from real2sim2real_msgs.msg import TrackedObjects
+    from real2sim2real_ros import qos
+    from real2sim2real_ros.commander import GRAPH, Commander
+    from real2sim2real_ros.core.cell_spec import load_cell_spec
+    from real2sim2real_ros.launch_runner import LaunchedGraph
+    share = Path(get_package_share_directory('real2sim2real_ros'))
+    run_dir = run_dir / f'tracker_{image_qos}'
+    run_dir.mkdir(parents=True, exist_ok=True)
+    params = yaml.safe_load((share / 'config' / 'params.yaml').read_text())
+    params['/**/object_tracker']['ros__parameters']['image_qos'] = image_qos
+    params_file = run_dir / 'params.yaml'
+    params_file.write_text(yaml.safe_dump(params))
+    args = {'run_dir': str(run_dir), 'params_file': str(params_file)}
+    graphs = [LaunchedGraph(share / 'launch' / name, args, log_dir=run_dir / 'logs').start()
+              for name in ('cell_emulated.launch.xml', 'capture.launch.xml')]
+    busy, close_scene, listener, states = [], None, None, None
+    try:
+        with Commander(node_name='bench_tracker', expected={
+                k: GRAPH[k] for k in ('emulated_cell', 'object_tracker')}) as cmd:
+            cmd.wait_until_up(timeout=90)
+        close_scene = _publish_scene(load_cell_spec(share / 'config' / 'cells' / 'default.yaml'))
+        listener = _listen(TrackedObjects, '/tracked_objects', None)
+        states = _listen(JointState, '/joint_states', qos.STATE_RECORDING)
+        time.sleep(3.0)
+        busy = [subprocess.Popen([sys.executable, '-c', 'while True: pass'])
+                for _ in range(busy_processes)]
+        t0 = time.time()
+        time.sleep(seconds)
+    finally:
+        for p in busy:
+            p.kill()
+        for lst in (listener, states):
+            if lst is not None:
+                lst.close()
+        if close_scene is not None:
+            close_scene()
+        for g in reversed(graphs):
+            g.stop(timeout=30)
+    def stamp(m):
+        return m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+    js_t = np.array([t for t, _ in states.messages])
+    js_s = np.maximum.accumulate(np.array([stamp(m) for _, m in states.messages]))
+    ages = []
+    for t, m in listener.messages:
+        k = int(np.searchsorted(js_t, t, side='right')) - 1
+        if t >= t0 and k >= 0:
+            ages.append(js_s[k] - stamp(m))
+    return {'image_qos': image_qos, 'busy_processes': busy_processes, 'seconds': seconds,
+            'poses': len(ages), 'rate_hz': len(ages) / seconds,
+            'age_ms_median': float(np.median(ages)) * 1e3 if ages else None,
+            'age_ms_p95': float(np.percentile(ages, 95)) * 1e3 if ages else None,
+            'age_ms_max': float(np.max(ages)) * 1e3 if ages else None}

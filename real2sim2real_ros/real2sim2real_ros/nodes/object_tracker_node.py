@@ -205,8 +205,10 @@ class ObjectTrackerNode(Node):
                              '32FC1 m or 16UC1 mm', read_only=True),
             'info_topic': d('info_topic', 'depth/camera_info', 'relative to <cam>: the depth '
                             'image\'s intrinsics', read_only=True),
-            'image_qos': d('image_qos', 'images', 'QoS of the depth and camera_info '
-                           'subscriptions', choices=['images', 'sensor_data'], read_only=True),
+            'image_qos': d('image_qos', 'latest_images', 'QoS of the depth and camera_info '
+                           'subscriptions (latest_images: reliable keep-last-1, the newest '
+                           'frame; images: keep-last-10, lags when the node falls behind)',
+                           choices=['latest_images', 'images', 'sensor_data'], read_only=True),
             'lazy': d('lazy', True, 'track only while tracked_objects has subscribers (the '
                       'depth stream stays subscribed, so the first pose follows within a '
                       'frame)', read_only=True),

@@ -179,7 +179,7 @@ class SystemIdentificationNode(Node):
                 self, 'max_probes', 5, 'Most probe executions of a live identification: with '
                 'object strike probes the arm gets at most max_probes - strike_probes.',
                 lo=1, hi=50)
-            self.p_duration = declare(self, 'probe_duration', 3.0, 'Seconds per probe.',
+            self.p_duration = declare(self, 'probe_duration', 8.0, 'Seconds per probe.',
                                       lo=1.5, hi=60.0)
             self.p_amplitude = declare(self, 'probe_amplitude', 0.35,
                                        'Peak joint excursion (rad) about the centre.',
