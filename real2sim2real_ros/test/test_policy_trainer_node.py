@@ -183,7 +183,11 @@ def test_bad_input_gets_error_codes_and_the_node_keeps_serving(trainer, trained,
                     timeout=30)
     assert res.error_code == TR.INVALID_PARAMETERS and 'no_such_joint' in res.error_msg
     res = cmd.train('slide_to_target', demo_bags=[str(tmp_path / 'bag')], timeout=30)
-    assert res.error_code == TR.NO_DEMOS and 'scripted' in res.error_msg
+    assert res.error_code == TR.INVALID_DEMOS and 'does not exist' in res.error_msg
+    (tmp_path / 'not_a_bag').mkdir()
+    (tmp_path / 'not_a_bag' / 'metadata.yaml').write_text('garbage: [')
+    res = cmd.train('slide_to_target', demo_bags=[str(tmp_path / 'not_a_bag')], timeout=30)
+    assert res.error_code == TR.INVALID_DEMOS and 'not_a_bag' in res.error_msg
     ev = cmd.evaluate_policy(str(tmp_path), trials=2, timeout=30)
     assert ev.error_code == ER.INVALID_CHECKPOINT and 'policy.json' in ev.error_msg
     ev = cmd.evaluate_policy(trained[0].checkpoint_path, trials=2, task='push_to_pose',
@@ -193,6 +197,64 @@ def test_bad_input_gets_error_codes_and_the_node_keeps_serving(trainer, trained,
     assert ev.error_code == ER.UNKNOWN_TASK
     ev = cmd.evaluate_policy(trained[0].checkpoint_path, trials=2, timeout=30)
     assert ev.error_code == ER.NONE and ev.result.trials == 2
+
+
+def _node_twin_demo_bags(robot, folder):
+    """Slide demo bags for the node's own twin (the task's scene, the package's starting
+    values): two strikes that hit there (found by search) and one that overshoots."""
+    import numpy as np
+
+    from real2sim2real_ros.core.policies.demo_bags import write_demo_bag
+    from real2sim2real_ros.core.sysid.config import load_parameter_values
+    from real2sim2real_ros.core.tasks.worlds import TwinWorld
+    from real2sim2real_ros.core.training_setup import build_task_and_twin
+    values = load_parameter_values(str(package_share() / 'config' / 'identification.yaml'))
+    task, twin, _ = build_task_and_twin(robot, 'slide_to_target', scene=None,
+                                        start_values=values)
+    world = TwinWorld(twin, task.object_id)
+    rng = np.random.default_rng(11)
+    bags = []
+    try:
+        for k in range(2):
+            reset = task.sample_reset(rng)
+            obs = task.observation(task.initial_state(reset))
+            hit = next(np.array([v, 0.0]) for v in np.linspace(0.3, 1.5, 25)
+                       if task.run_episode(world, reset, lambda o, v=v: np.array([v, 0.0]))
+                       .success)
+            bags.append(write_demo_bag(folder / f'hit_{k}', task, [(reset, obs[None],
+                                                                   hit[None])]))
+        bags.append(write_demo_bag(folder / 'overshoot', task, [(reset, obs[None],
+                                                                 np.array([[1.8, 0.0]]))]))
+    finally:
+        twin.close()
+    return [str(b) for b in bags]
+
+
+def test_train_from_demo_bags(trainer, trained, robot, tmp_path):
+    """demo_bags: each demo replayed in the twin, the two hits kept, the overshoot dropped;
+    training goes on from them. All three overshooting -> NO_DEMOS saying why."""
+    cmd, tmp, _ = trainer
+    bags = _node_twin_demo_bags(robot, tmp_path)
+    t0 = time.monotonic()
+    res = cmd.train('slide_to_target', demo_bags=bags, run_dir=str(tmp / 'runs'), timeout=120)
+    wall = time.monotonic() - t0
+    assert res.error_code == TR.NONE, res.error_msg
+    manifest = json.loads((Path(res.checkpoint_path).parent / 'manifest.json').read_text())
+    demos = manifest['results']['demos']
+    print(f'\ntrain from 3 demo bags through the node: {wall:.1f} s, kept '
+          f'{demos["kept"]}/{demos["tried"]}, twin success {res.twin_result.success_rate:.0%} '
+          f'of {res.twin_result.trials}')
+    assert (demos['source'], demos['tried'], demos['kept']) == ('recorded', 3, 2)
+    assert [d['success'] for d in demos['per_demo']] == [True, True, False]
+    assert manifest['results']['demos_kept'] == 2
+    assert manifest['inputs']['demo_bags'] == bags
+    assert res.twin_result.trials == SMALL['eval_trials']
+    res = cmd.train('slide_to_target', demo_bags=bags[2:] * 2, timeout=60)
+    assert res.error_code == TR.NO_DEMOS, res.error_msg
+    assert '2 demo bag(s) read' in res.error_msg and 'missed in the twin' in res.error_msg
+    # Another task's bag.
+    res = cmd.train('push_to_pose', demo_bags=bags[:1], timeout=60)
+    assert res.error_code == TR.INVALID_DEMOS and 'slide_to_target' in res.error_msg
 
 
 def test_cli_verbs(trainer, trained):

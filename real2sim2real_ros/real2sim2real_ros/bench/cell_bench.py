@@ -178,7 +178,6 @@ def tracker_lag(run_dir: Path, image_qos: str, busy_processes: int = 2,
     itself lags the wall clock under load."""
     import yaml
     from ament_index_python.packages import get_package_share_directory
-
     from sensor_msgs.msg import JointState
 
     from real2sim2real_msgs.msg import TrackedObjects

@@ -206,6 +206,84 @@ def cmd_execute_policy(args, _rest) -> int:
     return 0
 
 
+def _task_overrides(pairs) -> dict:
+    import yaml
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition('=')
+        if not sep or not key:
+            raise ValueError(f'--set wants KEY=VALUE, got {pair!r}')
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def cmd_record_demos(args, _rest) -> int:
+    """The task's scripted demonstrator on the cell through ~/execute_policy, recorded: one
+    scripted checkpoint (seed + k) and one bag per episode; DIR/demos.json lists them."""
+    import json
+    import time
+    from pathlib import Path
+
+    from real2sim2real_msgs.action import ExecutePolicy
+    from real2sim2real_ros.cli.progress import action_progress
+    from real2sim2real_ros.core.artifacts import atomic_write_text
+    from real2sim2real_ros.core.policy_execution import write_scripted_checkpoint
+    if args.episodes < 1 or not args.max_duration > 0:
+        print('r2s2r record-demos: --episodes must be >= 1 and --max-duration > 0',
+              file=sys.stderr)
+        return 2
+    try:
+        overrides = _task_overrides(args.set)
+    except ValueError as exc:
+        print(f'r2s2r record-demos: {exc}', file=sys.stderr)
+        return 2
+    out = Path(args.out).resolve()
+    P = ExecutePolicy.Result
+    fatal = {P.NOT_ARMED, P.STOPPED, P.BUSY, P.CANCELED}   # no point in the next episode
+    records = []
+    with _commander(args) as cmd:
+        for k in range(args.episodes):
+            ckpt = write_scripted_checkpoint(out / 'scripted' / f'episode_{k:03d}', args.task,
+                                             overrides, seed=args.seed + k)
+            if args.reset_objects:
+                resp = cmd.reset_objects()
+                if not resp.success:
+                    print(f'record-demos: reset_objects failed: {resp.message}')
+                    return 1
+                time.sleep(args.settle)
+            with action_progress(f'demo {k + 1}/{args.episodes}') as progress:
+                try:
+                    result = cmd.execute_policy(
+                        str(ckpt), (), task=args.task, max_duration=args.max_duration,
+                        record=True, timeout=args.max_duration + 60.0,
+                        feedback=lambda fb: progress(fb.elapsed / args.max_duration,
+                                                     f'step {fb.step}'))
+                except KeyboardInterrupt:
+                    cmd.cancel_current_goal()
+                    print('cancelled')
+                    return 130
+            rec = {'episode': k, 'checkpoint': str(ckpt), 'error_code': int(result.error_code),
+                   'error_msg': result.error_msg, 'task_success': bool(result.task_success),
+                   'steps': int(result.steps), 'bag_path': result.bag_path}
+            records.append(rec)
+            print(f'demo {k + 1}: ' + (f'FAILED ({result.error_code}): {result.error_msg}'
+                                       if result.error_code else
+                                       f'task_success {result.task_success}, {result.steps} '
+                                       f'step(s)') + f'; bag {result.bag_path or "-"}')
+            if result.error_code in fatal:
+                break
+    bags = [r['bag_path'] for r in records if r['bag_path'] and not r['error_code']]
+    atomic_write_text(out / 'demos.json', json.dumps(
+        {'task': args.task, 'task_config': overrides, 'seed': args.seed, 'bags': bags,
+         'episodes': records}, indent=2) + '\n')
+    ok = sum(r['task_success'] for r in records)
+    print(f'record-demos: {len(bags)} bag(s) of {len(records)} episode(s), {ok} successful on '
+          f'the cell; list in {out / "demos.json"}')
+    print('train from them: r2s2r train --task ' + args.task + ' --demo-bags '
+          + ' '.join(bags))
+    return 0 if bags else 1
+
+
 def cmd_reset_objects(args, _rest) -> int:
     with _commander(args) as cmd:
         resp = cmd.reset_objects(args.ids)
@@ -251,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument('--steps', type=int, default=0, metavar='N', help='environment steps of '
                    'training (one-shot task: episodes); 0 = the node\'s budget')
     t.add_argument('--demo-bags', nargs='+', default=[], metavar='BAG',
-                   help='recorded demonstrations (not usable yet: the node answers NO_DEMOS)')
+                   help='demonstrations recorded on the cell (execute_policy bags with '
+                   'policy_steps, e.g. from record-demos) instead of the scripted demonstrator')
     t.add_argument('--run-dir', default='', help='where train_<n>/ goes (default: the node\'s '
                    'run_dir)')
     t.add_argument('--timeout', type=float, default=1800.0, help='seconds to wait for the result')
@@ -270,6 +349,22 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument('--max-duration', type=float, default=60.0, metavar='S',
                    help='seconds the episode may take (default 60)')
     x.add_argument('--no-record', action='store_true', help='do not record an MCAP bag')
+    d = sub.add_parser('record-demos', help='run the task\'s scripted demonstrator on the cell '
+                       '(ARMED executor) and record each episode as a demo bag')
+    d.add_argument('--task', required=True, help='task name, e.g. slide_to_target')
+    d.add_argument('--episodes', type=int, default=5, metavar='N', help='episodes (default 5)')
+    d.add_argument('--out', required=True, metavar='DIR', help='scripted checkpoints + '
+                   'demos.json go here (the bags go to the executor\'s run_dir)')
+    d.add_argument('--seed', type=int, default=0, help='episode k uses seed + k (the '
+                   'demonstrator\'s spread and the drawn goal)')
+    d.add_argument('--set', nargs='+', default=[], metavar='KEY=VALUE', help='task config '
+                   'overrides, e.g. demo_spread=0 demo_friction=0.55')
+    d.add_argument('--reset-objects', action='store_true', help='emulated cell: put the '
+                   'objects back before each episode')
+    d.add_argument('--settle', type=float, default=0.5, metavar='S', help='seconds after a '
+                   'reset before the episode (default 0.5)')
+    d.add_argument('--max-duration', type=float, default=60.0, metavar='S',
+                   help='seconds an episode may take (default 60)')
     r = sub.add_parser('reset-objects', help='put the emulated cell\'s objects back')
     r.add_argument('ids', nargs='*', help='object ids (default: all)')
     from real2sim2real_ros.cli import capture_cli, evaluate_cli, reconstruct_cli
@@ -291,7 +386,7 @@ HANDLERS = {
     'disarm': _trigger('disarm'), 'stop': _trigger('stop'), 'execute': cmd_execute,
     'reset-objects': cmd_reset_objects, 'identify': cmd_identify,
     'train': cmd_train, 'evaluate-policy': cmd_evaluate_policy,
-    'execute-policy': cmd_execute_policy,
+    'execute-policy': cmd_execute_policy, 'record-demos': cmd_record_demos,
     'loop': lambda args, _rest: args.func(args),   # cli/loop_cli.py
 }
 

@@ -6,7 +6,12 @@ the controller backend, supervision). Here:
 * :func:`load_policy` loads a checkpoint (core/policies: ``policy.pt`` + ``policy.json``) and
   builds its task (core/tasks) from the task config stored with it. A missing, corrupt or
   inconsistent checkpoint, or one for another task than asked, is an :class:`ExecutionError`
-  of kind INVALID_CHECKPOINT whose message names the file.
+  of kind INVALID_CHECKPOINT whose message names the file. A *scripted* checkpoint
+  (:func:`write_scripted_checkpoint`: ``policy.json`` alone, format SCRIPTED_FORMAT) runs the
+  task's scripted demonstrator instead of a network (its per-episode randomness from the
+  checkpoint's seed) and, asked with an empty goal, draws the goal from the task's own goal
+  distribution around the observed object: recording such episodes gives demonstrations
+  recorded on the cell (``r2s2r record-demos``; core/policies/demo_bags.py reads them).
 * :func:`make_episode` turns (loaded policy, goal) into an episode:
 
   - **slide_to_target** (one-shot): ONE observation (object pose + goal) -> ONE action -> the
@@ -27,6 +32,10 @@ the controller backend, supervision). Here:
   arm is in; a violation is an ExecutionError of kind LIMIT_VIOLATION or WORKSPACE_VIOLATION
   and the trajectory is not sent. A target the tool-down IK cannot reach (out of reach, past
   a joint limit) is a WORKSPACE_VIOLATION too: the tool cannot go there.
+
+Every action decided is kept in :attr:`PolicyEpisode.records` (observation, action, goal, the
+object pose behind it, the tool's start): the executor records them as
+real2sim2real_msgs/PolicyStep on ``policy_steps``, what makes an episode's bag a demo.
 
 Observations: joint positions (the executor's /joint_states) and object poses
 (:class:`ObjectPose`, from the camera tracker's ``tracked_objects``). The goal is the
@@ -125,10 +134,52 @@ class LoadedPolicy:
     task: object                                   # a core.tasks Task
     policy: Callable[[np.ndarray], np.ndarray]     # observation -> action (deterministic)
     config: dict                                   # policy.json
+    # Scripted checkpoints: an empty goal is drawn from the task's goal distribution.
+    goal_rng: np.random.Generator | None = None
 
     @property
     def task_name(self) -> str:
         return self.task.name
+
+    @property
+    def scripted(self) -> bool:
+        return self.config.get('format') == SCRIPTED_FORMAT
+
+
+SCRIPTED_FORMAT = 'real2sim2real_ros/scripted_policy/1'
+
+
+def write_scripted_checkpoint(directory, task_name: str, task_config: dict | None = None,
+                              seed: int = 0, draw_goal: bool = True) -> Path:
+    """A checkpoint folder whose policy is the task's scripted demonstrator (``policy.json``
+    only, written atomically). ``seed`` fixes the demonstrator's per-episode randomness (a
+    slide's speed scale, a push's gain) and the drawn goal; ``draw_goal``: an empty goal is
+    drawn from the task's goal distribution around the observed object."""
+    import json
+
+    from .artifacts import atomic_write_text
+    from .policies.policy import CONFIG_FILE
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {'format': SCRIPTED_FORMAT,
+              'task': {**(task_config or {}), 'task': str(task_name)},
+              'seed': int(seed), 'draw_goal': bool(draw_goal),
+              'metadata': {'trained_by': 'scripted demonstrator (no training)'}}
+    atomic_write_text(directory / CONFIG_FILE, json.dumps(config, indent=2))
+    return directory
+
+
+def _read_scripted(path: Path) -> dict | None:
+    """policy.json of a scripted checkpoint, or None for anything else."""
+    import json
+
+    from .policies.policy import CONFIG_FILE
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) and config.get('format') == SCRIPTED_FORMAT \
+        else None
 
 
 def load_policy(path, robot, expected_task: str = '') -> LoadedPolicy:
@@ -143,6 +194,9 @@ def load_policy(path, robot, expected_task: str = '') -> LoadedPolicy:
         raise ExecutionError(INVALID_CHECKPOINT,
                              f'checkpoint {path}: not a directory (want one holding policy.pt '
                              f'and {CONFIG_FILE})')
+    scripted = _read_scripted(path)
+    if scripted is not None:
+        return _load_scripted(path, scripted, robot, expected_task)
     try:
         policy, config = load_checkpoint(path)
     except CheckpointError as exc:
@@ -150,8 +204,20 @@ def load_policy(path, robot, expected_task: str = '') -> LoadedPolicy:
     except Exception as exc:  # noqa: BLE001 - a corrupt policy.pt (pickle, zip, torch errors)
         raise ExecutionError(INVALID_CHECKPOINT, f'checkpoint {path}: cannot load: '
                              f'{type(exc).__name__}: {exc}') from None
+    task = _task_from_config(path, config.get('task'), robot, expected_task)
+    name = task.name
+    if policy.obs_dim != task.observation_dim or policy.action_dim != task.action_dim:
+        raise ExecutionError(
+            INVALID_CHECKPOINT,
+            f'checkpoint {path}: the policy maps {policy.obs_dim} observations to '
+            f'{policy.action_dim} actions, task {name!r} has {task.observation_dim} and '
+            f'{task.action_dim}')
+    return LoadedPolicy(path, task, policy.as_function(), config)
+
+
+def _task_from_config(path: Path, task_cfg, robot, expected_task: str):
+    from .policies.policy import CONFIG_FILE
     cfg_file = path / CONFIG_FILE
-    task_cfg = config.get('task')
     if not isinstance(task_cfg, dict) or not task_cfg.get('task'):
         raise ExecutionError(INVALID_CHECKPOINT,
                              f'{cfg_file}: names no task (want "task": {{"task": <name>, '
@@ -163,16 +229,26 @@ def load_policy(path, robot, expected_task: str = '') -> LoadedPolicy:
                              f'task mismatch: checkpoint {path} is a {name!r} policy, the goal '
                              f'asks for task {expected_task!r}')
     try:
-        task = get_task(name, robot, task_cfg)
+        return get_task(name, robot, task_cfg)
     except (TaskError, TypeError, ValueError) as exc:
         raise ExecutionError(INVALID_CHECKPOINT, f'{cfg_file}: task config: {exc}') from None
-    if policy.obs_dim != task.observation_dim or policy.action_dim != task.action_dim:
-        raise ExecutionError(
-            INVALID_CHECKPOINT,
-            f'checkpoint {path}: the policy maps {policy.obs_dim} observations to '
-            f'{policy.action_dim} actions, task {name!r} has {task.observation_dim} and '
-            f'{task.action_dim}')
-    return LoadedPolicy(path, task, policy.as_function(), config)
+
+
+def _load_scripted(path: Path, config: dict, robot, expected_task: str) -> LoadedPolicy:
+    task = _task_from_config(path, config.get('task'), robot, expected_task)
+    if not hasattr(task, 'scripted_demo_policy'):
+        raise ExecutionError(INVALID_CHECKPOINT, f'checkpoint {path}: task {task.name!r} has '
+                             f'no scripted demonstrator')
+    try:
+        seed = int(config.get('seed', 0))
+    except (TypeError, ValueError):
+        raise ExecutionError(INVALID_CHECKPOINT, f'{path}: seed {config.get("seed")!r} is '
+                             f'not an integer') from None
+    rng = np.random.default_rng(seed)
+    # The demonstrators use the reset only through their rng (speed scale / gain).
+    policy = task.scripted_demo_policy(None, rng)
+    goal_rng = np.random.default_rng([seed, 1]) if config.get('draw_goal', True) else None
+    return LoadedPolicy(path, task, policy, config, goal_rng)
 
 
 # ------------------------------------------------------------------------------ safety
@@ -351,13 +427,15 @@ class PolicyEpisode:
         self.steps = 0
         self.observations: list[list[float]] = []
         self.actions: list[list[float]] = []
+        self.records: list[dict] = []      # per action: what a PolicyStep message carries
+        self.tool_start: list[float] = []  # closed-loop tasks: the tip's start x y
         self.done_reason = ''
 
     @property
     def object_id(self) -> str:
         return self.task.object_id
 
-    def _act(self, obs) -> np.ndarray:
+    def _act(self, obs, pose: ObjectPose | None = None) -> np.ndarray:
         try:
             raw = self.policy(np.asarray(obs, float))
             action = check_action(self.task, raw)
@@ -368,7 +446,17 @@ class PolicyEpisode:
         self.steps += 1
         self.observations.append([float(v) for v in obs])
         self.actions.append([float(v) for v in action])
+        self.records.append({
+            'step': self.steps - 1, 'observation': self.observations[-1],
+            'action': self.actions[-1], 'task_goal': self.goal_vector(),
+            'object_pose': [] if pose is None else
+            [float(v) for v in (*pose.position, *pose.quat)],
+            'tool_start': list(self.tool_start)})
         return action
+
+    def goal_vector(self) -> list[float]:
+        """The resolved goal as a PolicyStep's task_goal (x y [yaw])."""
+        return []
 
     def _solve(self, target, seed, what: str) -> np.ndarray:
         try:
@@ -431,16 +519,23 @@ class SlideEpisode(PolicyEpisode):
     def _resolve_goal(self, pose: ObjectPose) -> np.ndarray:
         if self.goal_xy is None:
             c = self.task.cfg
-            dist, heading = float(np.mean(c.distance_range)), float(np.mean(c.heading_range))
+            rng = self.loaded.goal_rng
+            if rng is not None:   # a scripted demonstrator: the task's goal distribution
+                dist, heading = rng.uniform(*c.distance_range), rng.uniform(*c.heading_range)
+            else:
+                dist, heading = float(np.mean(c.distance_range)), float(np.mean(c.heading_range))
             self.goal_xy = pose.xy + dist * np.array([np.cos(heading), np.sin(heading)])
             self.gate.check_goal_xy(self.goal_xy, 'default goal')
         return self.goal_xy
+
+    def goal_vector(self) -> list[float]:
+        return [] if self.goal_xy is None else [float(v) for v in self.goal_xy]
 
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
         goal = self._resolve_goal(pose)
         reset = ResetSample(pose.xy, pose.yaw, goal.copy())
         obs = self.task.observation(self.task.initial_state(reset))
-        action = self._act(obs)
+        action = self._act(obs, pose)
         try:
             plan = self.task.plan(reset, action)
         except IKError as exc:
@@ -506,15 +601,21 @@ class PushEpisode(PolicyEpisode):
 
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
         c = self.task.cfg
+        rng = self.loaded.goal_rng    # a scripted demonstrator: the task's goal distribution
         if self.goal_xy is None:
-            self.goal_xy = pose.xy + np.array([float(np.mean(c.goal_forward)), 0.0])
+            offset = (np.array([rng.uniform(*c.goal_forward),
+                                rng.uniform(-c.goal_lateral, c.goal_lateral)])
+                      if rng is not None else np.array([float(np.mean(c.goal_forward)), 0.0]))
+            self.goal_xy = pose.xy + offset
             self._check_goal(self.goal_xy, 'default goal')
         if self.goal_yaw is None:
-            self.goal_yaw = pose.yaw
+            self.goal_yaw = pose.yaw if rng is None else wrap_angle(
+                pose.yaw + rng.uniform(-c.goal_yaw_change, c.goal_yaw_change))
         # The task's start: the tool behind the box along -x (PushToPose.sample_reset).
         tip = pose.xy - np.array([0.09, 0.0])
         self.q = self._solve([*tip, self.z], None, 'push start')
         self.tip = tip
+        self.tool_start = [float(v) for v in tip]
         return [self._approach(q_current, self.q)]
 
     def state(self, pose: ObjectPose) -> dict:
@@ -532,7 +633,7 @@ class PushEpisode(PolicyEpisode):
         if self.steps >= self.max_steps:
             self.done_reason = f'max_steps ({self.max_steps}) reached'
             return None
-        action = self._act(self.task.observation(state))
+        action = self._act(self.task.observation(state), pose)
         lo_x, hi_x, lo_y, hi_y = self.task.cfg.workspace
         tip_next = np.clip(self.tip + action * self.period, [lo_x, lo_y], [hi_x, hi_y])
         try:
@@ -543,6 +644,12 @@ class PushEpisode(PolicyEpisode):
         traj = es.Trajectory(tuple(self.gate.limits.names), np.array([self.period]),
                              self.q[None].copy())
         return Motion(f'step {self.steps}', traj, wait_at_goal=False)
+
+    def goal_vector(self) -> list[float]:
+        if self.goal_xy is None:
+            return []
+        return [float(v) for v in self.goal_xy] + ([] if self.goal_yaw is None
+                                                   else [float(self.goal_yaw)])
 
     def goal_description(self) -> dict:
         return {'goal_xy': None if self.goal_xy is None else [float(v) for v in self.goal_xy],

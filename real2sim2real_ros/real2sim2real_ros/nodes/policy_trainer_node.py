@@ -15,9 +15,21 @@ Action ``~/train`` (real2sim2real_msgs/action/Train):
   and one control tick of a closed-loop task (push_to_pose, up to max_steps per episode).
   Demos, self-imitation episodes and PPO iterations are scaled together
   (core/training_setup.budget_config); BC epochs and evaluation trials are not steps;
-* ``demo_bags``: recorded demonstrations are not usable yet (the core replays its scripted
-  demonstrator in the twin; turning an executor bag into task actions is not implemented):
-  any given -> NO_DEMOS saying so. NO_DEMOS too when no scripted demonstration succeeds;
+* ``demo_bags``: demonstrations recorded on the cell instead of the task's scripted
+  demonstrator: the robot_executor's ``~/execute_policy`` bags (a bag folder, or its
+  ``execute_policy_<n>/`` folder) with real2sim2real_msgs/PolicyStep on ``policy_steps``,
+  e.g. from ``r2s2r record-demos`` (the scripted demonstrator on the cell) or an operator's
+  actions (core/policies/demo_bags.py). Each demo is replayed in the twin from its recorded
+  start (object pose, goal, tool start; slide_to_target: its one action, push_to_pose: its
+  action sequence, open loop), only those that succeed there are kept (RialTo's inverse
+  distillation) and the twin replay's (observation, action) pairs are the imitation data;
+  self-imitation / DAgger / PPO / evaluation follow as without bags (push_to_pose's DAgger
+  still labels the learner's states with the task's scripted expert). The ``demos``
+  parameter and the demo share of ``total_steps`` do not apply. A bag that does not exist,
+  cannot be read, has no policy_steps or records another task -> INVALID_DEMOS naming it;
+  none of the demos succeeding in the twin -> NO_DEMOS with each demo's twin outcome. The
+  manifest's results carry ``demos`` (source, tried, kept, per demo). Without bags, NO_DEMOS
+  when no scripted demonstration succeeds;
 * ``run_dir``: empty = parameter ``run_dir``.
 
 The twin: the robot from ``robot_urdf`` or the latched ``robot_description``; the scene from
@@ -341,15 +353,6 @@ class PolicyTrainerNode(Node):
         if goal.task not in task_names():
             raise _Fail(TR.UNKNOWN_TASK, f'unknown task {goal.task!r}; known tasks: '
                         f'{task_names()}')
-        if len(goal.demo_bags):
-            missing = [b for b in goal.demo_bags if not Path(b).exists()]
-            raise _Fail(TR.NO_DEMOS, (
-                f'demo_bags cannot be used: {len(goal.demo_bags)} bag(s) given'
-                + (f', {missing} do not exist' if missing else '')
-                + '; this trainer learns from the task\'s scripted demonstrator replayed in '
-                'the twin, and turning an executor recording (joint trajectory + joint '
-                'states) into task actions with the object\'s start and goal is not '
-                'implemented. Send the goal without demo_bags.'))
         parameters = None
         if goal.parameters_path:
             try:
@@ -361,6 +364,11 @@ class PolicyTrainerNode(Node):
         task, twin, inputs = self._build(
             robot, goal.task, TR, scene=self._scene_or_fail(TR.TRAINING_FAILED),
             parameters=parameters, parameters_path=goal.parameters_path)
+        try:
+            demos = self._read_demos(list(goal.demo_bags), task)
+        except _Fail:
+            twin.close()
+            raise
         spe = steps_per_episode(task)
         cfg = budget_config(self._train_config(), int(goal.total_steps), task.one_shot, spe)
         run_dir = goal.run_dir or self._param('run_dir') or tempfile.mkdtemp(
@@ -390,14 +398,16 @@ class PolicyTrainerNode(Node):
         torch.set_num_threads(threads)
         try:
             res = train_policy(task, twin, parameters if goal.randomize else None, cfg,
-                               stage.folder / 'checkpoint', progress=progress)
+                               stage.folder / 'checkpoint', progress=progress, demos=demos)
         except TrainingCanceled:
             shutil.rmtree(stage.folder, ignore_errors=True)
             raise _Fail(TR.CANCELED, f'canceled during {marks[-1][0] if marks else "setup"}'
                         ) from None
         except NoDemonstrationsError as exc:
             shutil.rmtree(stage.folder, ignore_errors=True)
-            raise _Fail(TR.NO_DEMOS, str(exc)) from None
+            read = (f'{len(goal.demo_bags)} demo bag(s) read, {len(demos)} demonstration(s): '
+                    if demos is not None else '')
+            raise _Fail(TR.NO_DEMOS, read + str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - unstable twin, IK, ... : a result, no crash
             shutil.rmtree(stage.folder, ignore_errors=True)
             raise _Fail(TR.TRAINING_FAILED, f'{type(exc).__name__}: {exc}') from None
@@ -417,10 +427,14 @@ class PolicyTrainerNode(Node):
             'demos_tried': res.demos_tried, 'demos_kept': res.demos_kept,
             'bc_loss': res.bc_loss, 'ppo_success_per_iteration': res.ppo_success_per_iteration,
             'randomization': res.randomization, 'wall_seconds': wall,
-            'cpu_seconds': res.cpu_seconds, 'stage_seconds': stage_seconds}
+            'cpu_seconds': res.cpu_seconds, 'stage_seconds': stage_seconds,
+            'demos': res.details.get('demos')}
         stage.finish()
         ev = res.twin_eval
         self._feedback_train(job, 'done', 1.0, ev.success_rate, force=True)
+        if demos is not None:
+            self.get_logger().info(f'train {goal.task}: {res.demos_kept} of {res.demos_tried} '
+                                   f'recorded demonstrations succeeded in the twin')
         self.get_logger().info(
             f'train {goal.task}: {wall:.1f} s, twin success {ev.success_rate:.0%} '
             f'({ev.successes}/{ev.n_trials}, imitation alone {res.twin_eval_bc.success_rate:.0%})'
@@ -428,6 +442,20 @@ class PolicyTrainerNode(Node):
         return TR(checkpoint_path=str(ckpt), twin_result=TaskResult(
             system='twin', trials=ev.n_trials, successes=ev.successes,
             success_rate=float(ev.success_rate)))
+
+    def _read_demos(self, bags: list, task):
+        """The demonstrations of ``bags`` for ``task`` (None without bags); INVALID_DEMOS
+        naming the first bag that cannot be used."""
+        if not bags:
+            return None
+        from ..core.policies.demo_bags import DemoBagError, read_demo_bags
+        try:
+            demos = read_demo_bags(bags, task)
+        except DemoBagError as exc:
+            raise _Fail(TR.INVALID_DEMOS, f'{exc} ({exc.kind})') from None
+        self.get_logger().info(f'{len(bags)} demo bag(s): {len(demos)} {task.name} '
+                               f'demonstration(s), {sum(d.steps for d in demos)} action(s)')
+        return demos
 
     def _feedback_train(self, job: _Job, stage: str, progress: float, success: float,
                         force: bool = False):

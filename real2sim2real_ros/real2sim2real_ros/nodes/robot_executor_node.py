@@ -37,7 +37,10 @@ segment per control period until the task's success rule or its max_steps. task_
 the task's rule on the last tracked pose; ``duration`` and the feedback's ``elapsed`` count
 from the checkpoint being loaded. ``<run_dir>/execute_policy_<n>/`` holds the manifest (the
 episode's observations, actions, goal, tracking statistics) and, when recording,
-``episode`` (MCAP: joint states, every commanded trajectory, tracked objects).
+``episode`` (MCAP: joint states, every commanded trajectory, tracked objects, and one
+real2sim2real_msgs/PolicyStep per action on ``policy_steps``: observation, action, resolved
+goal, the tracked pose behind it, the task and its config; what makes the bag a demonstration
+for the policy_trainer, core/policies/demo_bags.py).
 Exit code 2 with one line on stderr for unusable parameters (ConfigurationError).
 """
 from __future__ import annotations
@@ -59,7 +62,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from real2sim2real_msgs.action import ExecutePolicy, ExecuteTrajectory
-from real2sim2real_msgs.msg import TrackedObjects
+from real2sim2real_msgs.msg import PolicyStep, TrackedObjects
 from real2sim2real_msgs.srv import GetStatus
 
 from .. import qos
@@ -92,6 +95,8 @@ POLICY_KIND_CODES = {
     'LIMIT_VIOLATION': P.LIMIT_VIOLATION, 'WORKSPACE_VIOLATION': P.WORKSPACE_VIOLATION,
     'OBSERVATION_UNAVAILABLE': P.OBSERVATION_UNAVAILABLE}
 TRACKED_OBJECTS_TYPE = 'real2sim2real_msgs/msg/TrackedObjects'
+POLICY_STEP_TYPE = 'real2sim2real_msgs/msg/PolicyStep'
+POLICY_STEPS_TOPIC = 'policy_steps'
 FEEDBACK_PERIOD = 0.05      # s: ~20 Hz feedback and supervision
 MAX_EXTRAPOLATION = 0.1     # s: stop points are extrapolated from a state at most this old
 TRACKING_STAMP_WINDOW = 2.0  # s: older joint_states stamps are implausible (other clock)
@@ -133,6 +138,8 @@ class _PolicyRun:
     first_pose: object = None
     final_pose: object = None
     final_pose_note: str = ''
+    steps_recorded: int = 0            # episode.records already written to the bag
+    steps_topic: str = ''
 
 
 class RobotExecutorNode(Node):
@@ -739,7 +746,9 @@ class RobotExecutorNode(Node):
         ex.tracked_topic = self.resolve_topic_name(self.p_tracked_topic)
         ex.poses = pe.PoseBuffer(episode.object_id)
         if stage is not None and (self.p_record or req.record):
-            self._open_bag(ex, stage, 'episode', [(ex.tracked_topic, TRACKED_OBJECTS_TYPE)])
+            run.steps_topic = self.resolve_topic_name(POLICY_STEPS_TOPIC)
+            self._open_bag(ex, stage, 'episode', [(ex.tracked_topic, TRACKED_OBJECTS_TYPE),
+                                                  (run.steps_topic, POLICY_STEP_TYPE)])
         elif req.record:
             ex.bag_error = "recording needs the run_dir parameter (it is '')"
         with subscribed(self, TrackedObjects, ex.tracked_topic, self._on_tracked_objects,
@@ -758,6 +767,8 @@ class RobotExecutorNode(Node):
                 motions = episode.start(q, run.first_pose)
             except pe.ExecutionError as exc:
                 raise self._policy_abort(ex, exc.kind, exc.message) from None
+            finally:
+                self._record_policy_steps(ex, run)
             for motion in motions:
                 self._policy_send(goal_handle, ex, run, motion)
                 self._policy_wait_motion(goal_handle, ex, run, motion.label, motion.settle,
@@ -793,6 +804,8 @@ class RobotExecutorNode(Node):
                 motion = episode.step(pose)
             except pe.ExecutionError as exc:
                 raise self._policy_abort(ex, exc.kind, exc.message) from None
+            finally:
+                self._record_policy_steps(ex, run)
             if motion is None:
                 break
             self._policy_send(goal_handle, ex, run, motion)
@@ -934,6 +947,25 @@ class RobotExecutorNode(Node):
             goal_handle.publish_feedback(feedback)
             if until(now):
                 return
+
+    def _record_policy_steps(self, ex: _Execution, run: _PolicyRun):
+        """The episode's actions decided since the last call, as PolicyStep messages."""
+        episode = run.episode
+        if ex.bag is None or episode is None or not run.steps_topic:
+            return
+        import json
+        now = self._now()
+        config = json.dumps(episode.task.config(), default=str)
+        for rec in episode.records[run.steps_recorded:]:
+            msg = PolicyStep(task=episode.task.name, object_id=episode.object_id,
+                             step=int(rec['step']), observation=rec['observation'],
+                             action=rec['action'], task_goal=rec['task_goal'],
+                             object_pose=rec['object_pose'], tool_start=rec['tool_start'],
+                             task_config=config)
+            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.header.frame_id = 'world'
+            self._record(ex, run.steps_topic, msg, now)
+        run.steps_recorded = len(episode.records)
 
     def _on_tracked_objects(self, msg: TrackedObjects):
         from ..core.policy_execution import ExecutionError, ObjectPose

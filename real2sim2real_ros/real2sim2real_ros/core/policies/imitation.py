@@ -8,7 +8,7 @@ policy's mean action on the kept (observation, action) pairs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -22,34 +22,64 @@ class DemoSet:
     actions: np.ndarray          # (n, action_dim)
     episodes_tried: int
     episodes_kept: int
+    details: list = field(default_factory=list)   # replayed demos: one dict per episode
 
     @property
     def kept_fraction(self) -> float:
         return self.episodes_kept / max(self.episodes_tried, 1)
 
 
-def _replay_policy(actions):
-    """A policy that plays back recorded actions in order (the last one repeats)."""
+def _replay_policy(actions, hold=None):
+    """A policy that plays back recorded actions in order; past their end ``hold`` (a
+    closed-loop task's zero velocity: the tool stays), or the last one again when None."""
     actions = np.atleast_2d(np.asarray(actions, float))
     state = {'k': 0}
 
     def policy(_obs):
-        a = actions[min(state['k'], len(actions) - 1)]
+        k = state['k']
         state['k'] += 1
-        return a
+        if k < len(actions):
+            return actions[k]
+        return actions[-1] if hold is None else hold
     return policy
 
 
-def replay_demos(task, world, episodes, keep_failures: bool = False) -> DemoSet:
-    """Replay recorded episodes [(ResetSample, actions), ...] on ``world``; keep successes."""
-    obs, act, kept = [], [], 0
-    for reset, actions in episodes:
-        result = task.run_episode(world, reset, _replay_policy(actions))
+def replay_episode(task, world, reset, actions):
+    """One recorded episode replayed open loop on ``world`` from its ``reset``: the
+    EpisodeResult, its logs cut to the recorded actions (a closed-loop task's tool holds
+    still after them until the episode ends, so the outcome includes the object coming to
+    rest, but those held ticks are nobody's demonstration)."""
+    actions = np.atleast_2d(np.asarray(actions, float))
+    hold = None if getattr(task, 'one_shot', False) else np.zeros(task.action_dim)
+    result = task.run_episode(world, reset, _replay_policy(actions, hold))
+    n = min(len(actions), len(result.actions))
+    result.observations, result.actions = result.observations[:n], result.actions[:n]
+    return result
+
+
+def replay_demos(task, world, episodes, keep_failures: bool = False,
+                 progress=None) -> DemoSet:
+    """Replay recorded episodes [(ResetSample, actions), ...] on ``world``; keep successes
+    (RialTo's inverse distillation: the twin replay's (observation, action) pairs are the
+    imitation data). ``details``: per episode, success and final error in the twin.
+    ``progress(fraction)`` before each episode (it may raise to stop)."""
+    obs, act, kept, details = [], [], 0, []
+    for k, (reset, actions) in enumerate(episodes):
+        if progress is not None:
+            progress(k / max(len(episodes), 1))
+        result = replay_episode(task, world, reset, actions)
+        details.append({'success': bool(result.success),
+                        'final_error': float(result.final_error),
+                        'steps': int(len(result.actions)),
+                        **({'yaw_error': float(result.info['yaw_error'])}
+                           if 'yaw_error' in result.info else {})})
         if result.success or keep_failures:
             kept += int(result.success)
             obs.append(result.observations)
             act.append(result.actions)
-    return _demo_set(task, obs, act, len(episodes), kept)
+    out = _demo_set(task, obs, act, len(episodes), kept)
+    out.details = details
+    return out
 
 
 def collect_scripted_demos(task, world, n_episodes: int, seed: int = 0,

@@ -5,6 +5,12 @@ One-shot tasks (slide_to_target) train here; closed-loop tasks (push_to_pose) go
 core/policies/closed_loop.py (expert demos -> DAgger -> multi-step PPO -> model selection),
 configured by ``TrainConfig.closed_loop``.
 
+Demonstrations: the task's scripted demonstrator replayed in the twin (``config.demos``
+episodes), or, given ``demos`` (core/policies/demo_bags.DemoEpisode s: episodes recorded on
+the cell), those: each is replayed in the twin from its recorded start (RialTo's inverse
+distillation), only those that succeed there are kept, and the twin replay's (observation,
+action) pairs are the imitation data; the rest of the pipeline is the same.
+
 The node (not here) gathers the inputs (robot, scene, identified ParameterSet), calls
 :func:`train_policy` and reports the result; the checkpoint it writes loads with
 core/policies/policy.py alone.
@@ -26,7 +32,12 @@ from .closed_loop import ClosedLoopConfig, train_closed_loop
 from .closed_loop_ppo import ClosedLoopPPOConfig
 from .dagger import DaggerConfig
 from .evaluate import EvaluationResult, evaluate
-from .imitation import behaviour_cloning, collect_scripted_demos, hindsight_self_imitation
+from .imitation import (
+    behaviour_cloning,
+    collect_scripted_demos,
+    hindsight_self_imitation,
+    replay_demos,
+)
 from .policy import MLPPolicy, save_checkpoint
 from .ppo import PPOConfig, train_bandit_ppo
 from .randomization import DomainRandomization
@@ -84,6 +95,31 @@ class NoDemonstrationsError(ValueError):
     """No demonstration survived its replay in the twin: there is nothing to imitate."""
 
 
+def describe_replays(demos, details) -> str:
+    """Why recorded demonstrations were dropped: per demo, its bag and twin outcome."""
+    parts = []
+    for d, r in zip(demos, details):
+        what = 'succeeded' if r['success'] else 'missed'
+        yaw = f', yaw off {r["yaw_error"]:.2f} rad' if 'yaw_error' in r else ''
+        parts.append(f'{getattr(d, "bag", "?")}: {what} in the twin (object '
+                     f'{r["final_error"] * 1e3:.0f} mm from the goal{yaw}, {r["steps"]} '
+                     f'action(s))')
+    return '; '.join(parts)
+
+
+def replay_recorded_demos(task, world, demos, progress=None):
+    """The one-shot branch's inverse distillation: ``demos`` (DemoEpisode s) replayed in
+    the twin, successes kept (a DemoSet with per-demo ``details``). NoDemonstrationsError
+    saying why when none succeeds."""
+    out = replay_demos(task, world, [(d.reset, d.actions) for d in demos], progress=progress)
+    if out.episodes_kept == 0:
+        raise NoDemonstrationsError(
+            f'no demonstration to imitate: 0 of {len(demos)} recorded demonstrations of '
+            f'{task.name} succeeded when replayed in the twin ({task.name} success rule); '
+            + describe_replays(demos, out.details))
+    return out
+
+
 # Relative cost of the units of work, for one progress fraction over the run (measured on the
 # cell arm, 2 cores, loaded): a one-shot episode stepped in Python 45-90 ms, one batched
 # rollout (PPO) ~15-30 ms, a BC epoch 1-5 ms; a closed-loop episode is tens of control ticks.
@@ -119,7 +155,7 @@ class _Progress:
 
 def train_policy(task, twin, parameters: ParameterSet | None = None,
                  config: TrainConfig | None = None, checkpoint_dir=None,
-                 progress=None) -> TrainResult:
+                 progress=None, demos=None) -> TrainResult:
     """Train ``task`` in ``twin`` (already set to the identified values); randomise around
     ``parameters``' 95% intervals during RL; write a checkpoint when ``checkpoint_dir``.
 
@@ -128,11 +164,16 @@ def train_policy(task, twin, parameters: ParameterSet | None = None,
     (per episode / epoch). Returning False (or raising TrainingCanceled) stops training with
     TrainingCanceled. NoDemonstrationsError when no demonstration succeeds in the twin.
 
+    ``demos``: recorded demonstrations (core/policies/demo_bags.DemoEpisode) instead of the
+    scripted demonstrator; demos_tried / demos_kept then count them (tried: replayed in the
+    twin, kept: succeeded there) and ``details['demos']`` has each one's twin outcome.
+
     Closed-loop tasks: imitation is DAgger and ppo the multi-step PPO of closed_loop.py
     (``config.closed_loop``); cpu_seconds includes the episode workers'."""
     cfg = config or TrainConfig()
     if not getattr(task, 'one_shot', False):
-        return train_closed_loop(task, twin, parameters, cfg, checkpoint_dir, progress)
+        return train_closed_loop(task, twin, parameters, cfg, checkpoint_dir, progress,
+                                 demos=demos)
     t0 = time.process_time()
     torch.manual_seed(cfg.seed)
     world = TwinWorld(twin, task.object_id)
@@ -140,20 +181,32 @@ def train_policy(task, twin, parameters: ParameterSet | None = None,
     episode = _COST['episode' if one_shot else 'closed_loop_episode']
     do_si = one_shot and cfg.hindsight and cfg.self_imitation_rounds > 0
     do_ppo = one_shot and cfg.ppo.iterations > 0
+    n_demos = cfg.demos if demos is None else len(demos)
     report = _Progress(progress, [
-        ('demos', cfg.demos * episode), ('imitation', cfg.bc_epochs * _COST['epoch']),
+        ('demos', n_demos * episode), ('imitation', cfg.bc_epochs * _COST['epoch']),
         ('self_imitation', do_si * cfg.self_imitation_rounds * (
             cfg.self_imitation_episodes * episode + cfg.bc_epochs // 2 * _COST['epoch'])),
         ('evaluate', cfg.eval_trials * episode),
         ('ppo', do_ppo * cfg.ppo.iterations * cfg.ppo.batch_size * _COST['rollout']),
         ('evaluate', do_ppo * cfg.eval_trials * episode)])
-    demos = collect_scripted_demos(task, world, cfg.demos, seed=cfg.seed + 1,
-                                   hindsight=cfg.hindsight and one_shot,
-                                   progress=report.stage(0))
-    if len(demos.observations) == 0:
-        raise NoDemonstrationsError(
-            f'no demonstration to imitate: 0 of {demos.episodes_tried} scripted '
-            f'demonstrations of {task.name} succeeded in the twin')
+    recorded = demos
+    if recorded is not None:
+        demos = replay_recorded_demos(task, world, recorded, report.stage(0))
+        counts = (demos.episodes_tried, demos.episodes_kept)
+        demo_info = {'source': 'recorded', 'tried': counts[0], 'kept': counts[1],
+                     'per_demo': [{'bag': d.bag, **r}
+                                  for d, r in zip(recorded, demos.details)]}
+    else:
+        demos = collect_scripted_demos(task, world, cfg.demos, seed=cfg.seed + 1,
+                                       hindsight=cfg.hindsight and one_shot,
+                                       progress=report.stage(0))
+        if len(demos.observations) == 0:
+            raise NoDemonstrationsError(
+                f'no demonstration to imitate: 0 of {demos.episodes_tried} scripted '
+                f'demonstrations of {task.name} succeeded in the twin')
+        counts = None
+        demo_info = {'source': 'scripted', 'tried': demos.episodes_tried,
+                     'kept': demos.episodes_kept}
     policy = MLPPolicy(task.observation_dim, task.action_low, task.action_high, cfg.hidden,
                        init_log_std=cfg.init_log_std)
     bc = behaviour_cloning(policy, demos, epochs=cfg.bc_epochs, seed=cfg.seed,
@@ -182,18 +235,20 @@ def train_policy(task, twin, parameters: ParameterSet | None = None,
     else:
         eval_final = eval_bc
     report.stage(5)(1.0, eval_final.success_rate)
+    # Recorded demos: their own counts; scripted: every episode imitated, as before.
+    tried, kept = counts or (demos.episodes_tried, demos.episodes_kept)
     path = None
     if checkpoint_dir is not None:
-        meta = {'demos_tried': demos.episodes_tried, 'demos_kept': demos.episodes_kept,
+        meta = {'demos_tried': tried, 'demos_kept': kept, 'demos': demo_info,
                 'bc_loss': bc['bc_loss'], 'twin_success_rate_bc': eval_bc.success_rate,
                 'twin_success_rate': eval_final.success_rate,
                 'twin_mean_error': eval_final.mean_error,
                 'randomization': dr.describe(), 'train_config': _plain(asdict(cfg)),
                 'trained_at_unix': time.time()}
         path = save_checkpoint(policy, checkpoint_dir, task.config(), meta)
-    return TrainResult(path, policy, demos.episodes_tried, demos.episodes_kept, bc['bc_loss'],
+    return TrainResult(path, policy, tried, kept, bc['bc_loss'],
                        eval_bc, eval_final, list(per_iter), dr.describe(),
-                       time.process_time() - t0)
+                       time.process_time() - t0, {'demos': demo_info})
 
 
 def _plain(d):
