@@ -369,14 +369,17 @@ class Commander:
 
     # -- loop coordinator ----------------------------------------------------------------------
     def run_loop(self, task: str = '', run_dir: str = '', skip_stages: Sequence[str] = (),
-                 resume: bool = False, *, feedback: Callable | None = None,
+                 resume: bool = False, *, demo_bags: Sequence[str] = (),
+                 feedback: Callable | None = None,
                  timeout: float = 7200.0, cancel_after: float | None = None):
         """The whole loop (capture -> reconstruct -> identify -> train -> execute ->
         evaluate) through loop_coordinator's ``~/run_loop``. ``task``/``run_dir`` '' = the
         node's; ``skip_stages``: stages to skip (their artifacts must exist); ``resume``:
-        skip the leading stages whose artifacts exist. Feedback: stage ("<stage>[: detail]"),
-        progress 0..1. Returns the RunLoop result (error_code, failed_stage, summary_path)."""
+        skip the leading stages whose artifacts exist; ``demo_bags``: recorded demonstrations
+        for the train stage. Feedback: stage ("<stage>[: detail]"), progress 0..1. Returns the
+        RunLoop result (error_code, failed_stage, summary_path)."""
         goal = RunLoop.Goal(task=str(task), run_dir=str(run_dir),
-                            skip_stages=[str(s) for s in skip_stages], resume=bool(resume))
+                            skip_stages=[str(s) for s in skip_stages], resume=bool(resume),
+                            demo_bags=[str(b) for b in demo_bags])
         return self.run_action(RunLoop, 'loop_coordinator/run_loop', goal, feedback=feedback,
                                timeout=timeout, cancel_after=cancel_after)

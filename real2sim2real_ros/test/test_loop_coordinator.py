@@ -93,10 +93,11 @@ def run_dir(graph, robot):
     return root
 
 
-def _run(cmd, run_dir, skip=(), resume=False, task=TASK, cancel_after=None, timeout=120):
+def _run(cmd, run_dir, skip=(), resume=False, task=TASK, cancel_after=None, timeout=120,
+         demo_bags=()):
     feedback = []
     t0 = time.monotonic()
-    result = cmd.run_loop(task, str(run_dir), list(skip), resume,
+    result = cmd.run_loop(task, str(run_dir), list(skip), resume, demo_bags=demo_bags,
                           feedback=lambda fb: feedback.append((fb.stage, fb.progress)),
                           timeout=timeout, cancel_after=cancel_after)
     return result, feedback, time.monotonic() - t0
@@ -219,4 +220,20 @@ def test_a_failing_stage_is_stage_failed_with_the_childs_error(graph, run_dir):
     summary = json.loads(Path(result.summary_path).read_text())
     assert summary['status'] == 'failed' and summary['failed_stage'] == 'execute'
     assert {s['stage']: s['status'] for s in summary['stages']}['execute'] == 'failed'
+    _disarmed(cmd)
+
+
+def test_demo_bags_go_to_the_train_stage(graph, run_dir, tmp_path):
+    """The loop's demo_bags reach policy_trainer's ~/train: a folder that is no bag fails
+    the train stage with the trainer's INVALID_DEMOS naming it (the stages before are
+    skipped: their artifacts exist)."""
+    cmd, _ = graph
+    not_a_bag = tmp_path / 'not_a_bag'
+    not_a_bag.mkdir()
+    result, _, _ = _run(cmd, run_dir, skip=STAGES[:3], demo_bags=[str(not_a_bag)])
+    assert result.error_code == RR.STAGE_FAILED, result.error_msg
+    assert result.failed_stage == 'train'
+    assert 'INVALID_DEMOS' in result.error_msg and 'not_a_bag' in result.error_msg
+    summary = json.loads(Path(result.summary_path).read_text())
+    assert summary['demo_bags'] == [str(not_a_bag)]
     _disarmed(cmd)

@@ -1,5 +1,5 @@
-"""``r2s2r loop [--task T] [--run-dir D] [--resume] [--skip STAGE ...]``: the whole loop
-through loop_coordinator's ``~/run_loop``, with a progress bar per stage, then the results
+"""``r2s2r loop [--task T] [--run-dir D] [--resume] [--skip STAGE ...] [--demo-bags B ...]``:
+the whole loop through loop_coordinator's ``~/run_loop``, with a progress bar per stage, then the results
 table (stage times, identified parameters, twin and cell success) and the plots' paths.
 
 Exit code 0 when the loop succeeded, 1 when it failed or was canceled (the failed stage and
@@ -27,6 +27,9 @@ def add_parser(subparsers):
                    'artifacts exist in the run directory')
     p.add_argument('--skip', nargs='+', default=[], metavar='STAGE',
                    help=f'stages to skip (their artifacts must exist): {", ".join(STAGES)}')
+    p.add_argument('--demo-bags', nargs='+', default=[], metavar='BAG',
+                   help='demonstrations recorded on the cell (r2s2r record-demos) for the train '
+                   'stage (default: the task\'s scripted demonstrator in the twin)')
     p.add_argument('--timeout', type=float, default=7200.0, help='seconds to wait for the '
                    'result')
     p.set_defaults(func=cmd_loop)
@@ -160,7 +163,8 @@ def cmd_loop(args) -> int:
                 bars = StageProgress(progress)
                 try:
                     result = cmd.run_loop(args.task, args.run_dir, args.skip, args.resume,
-                                          feedback=bars, timeout=args.timeout)
+                                          demo_bags=args.demo_bags, feedback=bars,
+                                          timeout=args.timeout)
                     bars.finish()
                 except KeyboardInterrupt:
                     cmd.cancel_current_goal()

@@ -14,7 +14,8 @@ futures, so it never blocks the executor threads their answers need):
   (``identify_probes``, 0 = its default), disarms;
 * **train**: ``policy_trainer/train`` of the task with the identified ``parameters.yaml``
   (``train_total_steps``, 0 = the trainer's budget; ``train_randomize``: domain randomisation
-  over the 95% intervals);
+  over the 95% intervals) and the goal's ``demo_bags`` (demonstrations recorded on the cell
+  with ``r2s2r record-demos``; none: the task's scripted demonstrator in the twin);
 * **execute**: arms the executor and runs the checkpoint ``execute_trials`` times through
   ``robot_executor/execute_policy``. Between trials, where the emulated cell's
   ``emulated_cell/reset_objects`` service exists, the objects are put back (and
@@ -579,7 +580,8 @@ class LoopCoordinatorNode(Node):
         res = self._run_child(run, self._train, Train.Goal(
             task=run.task, parameters_path=str(params),
             randomize=bool(self._p('train_randomize')),
-            total_steps=int(self._p('train_total_steps')), run_dir=str(run.run_dir)),
+            total_steps=int(self._p('train_total_steps')), run_dir=str(run.run_dir),
+            demo_bags=list(run.goal_handle.request.demo_bags)),
             'policy_trainer', fb)
         if res.error_code:
             raise _StageFailed(_child_error('policy_trainer', res))
@@ -819,6 +821,7 @@ class LoopCoordinatorNode(Node):
         record = RunDirectory(run.run_dir).new_stage('loop', inputs={
             'task': run.task, 'skip_stages': list(run.goal_handle.request.skip_stages),
             'resume': bool(run.goal_handle.request.resume),
+            'demo_bags': list(run.goal_handle.request.demo_bags),
             'artifacts': {s: a.to_dict() for s, a in run.artifacts.items()}},
             parameters={n: self._p(n) for n in (
                 'capture_views', 'identify_probes', 'train_total_steps', 'train_randomize',
@@ -827,6 +830,7 @@ class LoopCoordinatorNode(Node):
         summary = {
             'task': run.task, 'run_dir': str(run.run_dir), 'status': status,
             'error': message, 'failed_stage': failed,
+            'demo_bags': list(run.goal_handle.request.demo_bags),
             'started': run.started, 'wall_s': round(time.monotonic() - run.t0, 3),
             'stages': [run.records[s.stage] for s in run.plan],
             'identified_parameters': params, 'identify_artifact': str(ident.path) if ident
