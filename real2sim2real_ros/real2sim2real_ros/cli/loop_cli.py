@@ -1,6 +1,7 @@
-"""``r2s2r loop [--task T] [--run-dir D] [--resume] [--skip STAGE ...] [--demo-bags B ...]``:
-the whole loop through loop_coordinator's ``~/run_loop``, with a progress bar per stage, then the results
-table (stage times, identified parameters, twin and cell success) and the plots' paths.
+"""``r2s2r loop [--task T] [--run-dir D] [--resume] [--skip S ...] [--demo-bags B ...]``:
+the whole loop through loop_coordinator's ``~/run_loop``, with a progress bar per stage, then
+the results table (stage times, identified parameters, twin and cell success) and the plots'
+paths.
 
 Exit code 0 when the loop succeeded, 1 when it failed or was canceled (the failed stage and
 the child's error on stderr), 2 for bad input or an unreachable node.
