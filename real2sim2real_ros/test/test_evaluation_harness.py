@@ -54,12 +54,12 @@ def _cell(name, twin, cell, rows=()):
 def test_summary_gain_correlation_and_parameter_scores():
     row = {'truth': 0.5, 'identified': True}
     cells = [_cell('a', [0.2, 0.9, 0.95], [0.1, 0.85, 0.9],
-                   [{**row, 'relative_error': 0.05, 'covered': True},
-                    {**row, 'relative_error': 0.2, 'covered': False}]),
+                   [{**row, 'relative_error': 0.05, 'covered': True, 'pinned': True},
+                    {**row, 'relative_error': 0.2, 'covered': False, 'pinned': False}]),
              _cell('b', [0.5, 1.0, 1.0], [0.4, 0.95, 1.0],
-                   [{**row, 'relative_error': 0.01, 'covered': True},
+                   [{**row, 'relative_error': 0.01, 'covered': True, 'pinned': True},
                     {'truth': 1.0, 'identified': False, 'relative_error': 0.5,
-                     'covered': True}]),
+                     'covered': True, 'pinned': False}]),
              {'name': 'c', 'error': 'RuntimeError: boom'}]
     s = summarize(cells)
     assert s['cells'] == 3 and s['cells_failed'] == 1
@@ -72,6 +72,8 @@ def test_summary_gain_correlation_and_parameter_scores():
     assert s['identified_parameters'] == 3
     assert s['identified_within_10pct'] == pytest.approx(2 / 3)
     assert s['interval_coverage'] == pytest.approx(3 / 4)
+    assert s['within_10pct_all'] == pytest.approx(2 / 4)
+    assert s['pinned_parameters'] == 2 and s['pinned_within_10pct'] == pytest.approx(1.0)
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
@@ -125,3 +127,59 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert c['policies']['identified']['twin_own'] == \
         c['policies']['identified']['twin_identified']
     assert set(c['stage_seconds']) >= {'reconstruct', 'identify', 'train_nominal'}
+
+
+PUSH_TINY = {'demos': 6, 'eval_trials': 2,
+             'closed_loop': {'workers': 1, 'hidden': [32, 32],
+                             'dagger': {'rounds': 1, 'episodes': 2, 'initial_updates': 50,
+                                        'updates': 20},
+                             'ppo': {'iterations': 0}}}
+
+
+def test_push_to_pose_through_the_harness_writes_the_documented_fields(tmp_path, monkeypatch):
+    """push_to_pose (closed loop) through the harness with tiny budgets and the identification
+    stage stubbed (the probes take a minute; test_one_cell_end_to_end_scores_every_stage runs
+    them): the closed-loop training path, the cell and twin evaluations over the same
+    episodes, and the JSON fields the README documents."""
+    from real2sim2real_ros.core.evaluation import identification
+    from real2sim2real_ros.core.parameters import ParameterEstimate, ParameterSet
+    from real2sim2real_ros.core.sysid.config import load_identification_config
+
+    def stub_identify(world, robot, cfg, found, table_height, out_dir, *_a, **_k):
+        conf = load_identification_config(identification.identification_config_path())
+        ps = ParameterSet()
+        for name, v in ((f'geom/object/{found.id}/friction', 0.6),
+                        (f'body/object/{found.id}/mass', 0.3)):
+            ps.add(ParameterEstimate(name, v, 0.9 * v, 1.1 * v, v, '', True))
+        return {'parameters': ps, 'start_values': conf.start_values(), 'probes': 0}
+    monkeypatch.setattr(identification, 'identify_cell', stub_identify)
+    spec = draw_cells(1, seed=2)[0]
+    cfg = HarnessConfig(task='push_to_pose', trials=2, train=PUSH_TINY)
+    run([spec], cfg, tmp_path / 'out', jobs=1, json_path=tmp_path / 'r.json')
+    saved = json.loads((tmp_path / 'r.json').read_text())
+    assert saved['schema'] == SCHEMA and saved['task'] == 'push_to_pose'
+    assert saved['summary']['cells_failed'] == 0, saved['cells'][0].get('traceback')
+    assert set(saved) >= {'schema', 'task', 'trials', 'robot_urdf', 'config', 'cells',
+                          'summary', 'wall_s', 'cpus'}
+    c = saved['cells'][0]
+    assert set(c) >= {'name', 'hidden', 'reconstruction', 'identification', 'policies',
+                      'stage_seconds'}
+    fr = next(r for r in c['identification']['parameters'] if r['name'].endswith('/friction'))
+    assert fr['truth'] == spec.object('box_0').friction[0] and 'covered' in fr
+    for name in POLICIES:
+        p = c['policies'][name]
+        assert set(p) >= {'cell', 'twin_own', 'twin_identified', 'checkpoint', 'train_s',
+                          'evaluate_s'}
+        for where in ('cell', 'twin_own', 'twin_identified'):
+            assert p[where]['trials'] == 2
+            assert p[where]['success_rate'] == p[where]['successes'] / 2
+            assert p[where]['mean_error_m'] >= 0
+        meta = json.loads((tmp_path / 'out' / spec.name / 'checkpoints' / name /
+                           'policy.json').read_text())
+        assert meta['task']['task'] == 'push_to_pose'
+    assert set(c['stage_seconds']) == {'reconstruct', 'identify',
+                                       *(f'{s}_{n}' for n in POLICIES
+                                         for s in ('train', 'evaluate'))}
+    s = saved['summary']
+    assert set(s) >= {f'cell_success_{n}' for n in POLICIES} | {
+        'gain_points_identified_dr_vs_nominal', 'pearson_r_identified_twin_vs_cell'}

@@ -43,12 +43,39 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument('--jobs', type=int, default=2, help='cells evaluated in parallel')
     p.add_argument('--quick', action='store_true',
                    help='small training budgets (a smoke test, not the reported figures)')
+    p.add_argument('--train-config', type=_json_dict, default={}, metavar='JSON',
+                   help='TrainConfig overrides (JSON; applied after --quick; closed_loop, '
+                   'closed_loop.dagger / .ppo and ppo may be objects)')
     p.set_defaults(func=cmd_evaluate)
     return p
 
 
 QUICK_TRAIN = {'demos': 30, 'self_imitation_rounds': 1, 'self_imitation_episodes': 15,
-               'bc_epochs': 300, 'ppo': {'iterations': 2, 'batch_size': 16}, 'eval_trials': 10}
+               'bc_epochs': 300, 'ppo': {'iterations': 2, 'batch_size': 16}, 'eval_trials': 10,
+               # closed-loop tasks (push_to_pose): DAgger and multi-step PPO
+               'closed_loop': {'dagger': {'rounds': 1, 'episodes': 8, 'initial_updates': 400,
+                                          'updates': 200},
+                               'ppo': {'iterations': 1, 'episodes': 8, 'epochs': 2,
+                                       'value_warmup_epochs': 5}}}
+
+
+def _json_dict(text: str) -> dict:
+    import json
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f'not JSON: {exc}') from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError('must be a JSON object')
+    return value
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) \
+            else v
+    return out
 
 
 def cmd_evaluate(args) -> int:
@@ -87,7 +114,8 @@ def cmd_evaluate(args) -> int:
         return EXIT_USAGE
     cfg = HarnessConfig(task=args.task, trials=args.trials, seed=args.seed,
                         robot_urdf=str(Path(args.robot).resolve()) if args.robot else None,
-                        train=dict(QUICK_TRAIN) if args.quick else {})
+                        train=_merge(QUICK_TRAIN if args.quick else {},
+                                     getattr(args, 'train_config', None) or {}))
     events: queue.Queue = queue.Queue()
     done = threading.Event()
     out: dict = {}

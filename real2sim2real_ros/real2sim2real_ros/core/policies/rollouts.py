@@ -185,10 +185,13 @@ class EpisodeRunner:
         self.task, self.chunk = task, max(1, int(chunk))
         self.worker_cpu_seconds = 0.0
         self.pool = None
-        if workers > 1 and 'fork' in multiprocessing.get_all_start_methods():
+        # A daemonic process (a worker of another pool, e.g. the evaluation harness's cells)
+        # may not have children: run in process there.
+        if workers > 1 and 'fork' in multiprocessing.get_all_start_methods() and \
+                not multiprocessing.current_process().daemon:
             try:
                 self.pool = multiprocessing.get_context('fork').Pool(int(workers))
-            except OSError:
+            except (OSError, AssertionError):
                 self.pool = None
         self.workers = int(workers) if self.pool is not None else 1
 
