@@ -59,6 +59,33 @@ def test_parameter_round_trip_for_every_kind(robot):
     assert tw.get_parameter('joint/elbow_joint/friction') == pytest.approx(0.21)
 
 
+def test_centre_of_mass_offset_moves_the_inertial_frame_and_changes_the_dynamics(robot):
+    """MuJoCo compiles a free box whose centre of mass sits at its frame origin onto fast
+    paths (body_sameframe, simple dofs) that ignore body_ipos set later: the offset must still
+    reach the kinematics and the dynamics, through set_parameters and in rollout variants."""
+    import mujoco
+    tw = Twin(robot, scene=SCENE)
+    b = tw.model.body('object/box_0').id
+
+    def pushed(model):
+        d = mujoco.MjData(model)
+        for k in range(400):        # 0.1 s of a 3 N push at the frame origin, then a slide
+            d.xfrc_applied[b, :3] = [3.0, 0.0, 0.0] if k < 100 else 0.0
+            mujoco.mj_step(model, d)
+        return d.xpos[b].copy(), d.xipos[b] - d.xpos[b], d.xquat[b].copy()
+
+    p0, off0, q0 = pushed(tw._variant({})[0])
+    np.testing.assert_allclose(off0, 0.0, atol=1e-12)
+    variant, _ = tw._variant({'body/box_0/com_offset_y': 0.015})
+    p1, off1, q1 = pushed(variant)
+    assert np.linalg.norm(off1) == pytest.approx(0.015, rel=1e-6)
+    # Pushed off its centre of mass the box turns: yaw differs by more than 5 deg.
+    assert abs(q1 @ q0) < np.cos(np.radians(5.0) / 2)
+    tw.set_parameters({'body/box_0/com_offset_y': 0.015})
+    p2, off2, _ = pushed(tw.model)
+    np.testing.assert_allclose(p2, p1, atol=1e-9)
+
+
 @pytest.mark.parametrize('name', ['body/nothing/mass', 'joint/elbow_joint/stiffness',
                                   'actuator/elbow/kp', 'global/gravity', 'mass', 'x/y/z'])
 def test_unknown_parameter_names_are_rejected_by_name(twin, name):
