@@ -32,6 +32,13 @@ def robot():
     return load_robot(default_cell_urdf())
 
 
+@pytest.fixture(scope='module')
+def slide(robot):
+    """The slide_to_target task on the default arm, default config."""
+    from real2sim2real_ros.core.tasks import get_task
+    return get_task('slide_to_target', robot)
+
+
 def package_share() -> Path:
     from ament_index_python.packages import get_package_share_directory
     return Path(get_package_share_directory('real2sim2real_ros'))

@@ -26,11 +26,6 @@ BOX = (0.08, 0.06, 0.05)
 
 
 @pytest.fixture(scope='module')
-def slide(robot):
-    return get_task('slide_to_target', robot)
-
-
-@pytest.fixture(scope='module')
 def push(robot):
     return get_task('push_to_pose', robot)
 
