@@ -43,7 +43,7 @@ def test_live_estimates_match_the_hidden_truth(live):
     "Pinned down" here: a 95% interval within +-6.5% of the estimate, so that 10% is three
     standard errors; a parameter whose interval is just inside +-10% misses 10% in 5% of
     runs by the interval's own definition (seen: wrist_3 armature 10.7% off, interval
-    +-9.9%), which would make this test fail at random. Two 8 s probes at the executor's
+    +-9.9%), which would make this test fail at random. Two 4 s probes at the executor's
     100 Hz do not pin all 20 parameters; the rest must still have intervals that hold the
     truth. The held-out probe at the noise level shows the bags' time axis is exact."""
     _, _, _, result, feedback, truth = live

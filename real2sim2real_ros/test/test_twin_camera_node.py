@@ -111,7 +111,8 @@ def test_render_matches_the_cells_depth(graph):
                 break
             assert time.monotonic() < deadline, resp.message
             time.sleep(0.2)
-        for name in ('twin_depth', 'twin_color', 'twin_info', 'cell_depth', 'extrinsics'):
+        for name in ('twin_depth', 'twin_color', 'twin_info', 'cell_depth', 'cell_info',
+                     'extrinsics'):
             assert listeners[name].wait_for(1, 10), name
         twin_info = listeners['twin_info'].snapshot()[-1][1]
         cell_info = listeners['cell_info'].snapshot()[-1][1]

@@ -179,7 +179,7 @@ class SystemIdentificationNode(Node):
                 self, 'max_probes', 5, 'Most probe executions of a live identification: with '
                 'object strike probes the arm gets at most max_probes - strike_probes.',
                 lo=1, hi=50)
-            self.p_duration = declare(self, 'probe_duration', 8.0, 'Seconds per probe.',
+            self.p_duration = declare(self, 'probe_duration', 4.0, 'Seconds per probe.',
                                       lo=1.5, hi=60.0)
             self.p_amplitude = declare(self, 'probe_amplitude', 0.35,
                                        'Peak joint excursion (rad) about the centre.',
@@ -198,6 +198,9 @@ class SystemIdentificationNode(Node):
                                      lo=1, hi=64)
             self.p_max_iter = declare(self, 'max_iter', 30, 'Least-squares iterations.',
                                       lo=1, hi=1000)
+            self.p_fit_restarts = declare(
+                self, 'fit_restarts', 3, 'Extra least-squares starts for the arm fit, random '
+                'inside the bounds (core/sysid/fit.py); 0 = from the priors only.', lo=0, hi=20)
             self.p_timestep = declare(self, 'timestep', 0.001, 'Twin timestep (s).',
                                       lo=0.0001, hi=0.01)
             self.p_run_dir = declare(self, 'run_dir', '', "Run directory for identify_<n>; "
@@ -341,7 +344,7 @@ class SystemIdentificationNode(Node):
                 fit_recs = recs
             self._feedback(goal_handle, 'fit', 0.0)
             fit = identify(twin, specs, fit_recs, heldout=heldout, nthread=self.p_nthread,
-                           max_iter=self.p_max_iter,
+                           max_iter=self.p_max_iter, restarts=self.p_fit_restarts,
                            progress=lambda stage, p, r: self._feedback(goal_handle, 'fit', p, r))
             with self._lock:
                 self._arm_values = fit.parameters.values()
@@ -363,6 +366,7 @@ class SystemIdentificationNode(Node):
             'parameters_file': self.p_parameters_file, 'known': config.known,
             'declared': [vars(s) for s in specs + obj_specs], 'timestep': self.p_timestep,
             'nthread': self.p_nthread, 'max_iter': self.p_max_iter,
+            'fit_restarts': self.p_fit_restarts,
             'strike': config.strike, 'object_fit': config.object_fit,
             'objects_note': object_note})
         from ..core.parameters import ParameterSet
