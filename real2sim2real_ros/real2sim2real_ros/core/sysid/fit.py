@@ -176,6 +176,7 @@ def _multistart(problem: _Problem, x_start, lo, hi, max_iter: int, restarts: int
                           for _ in range(restarts)]
     runs = []             # (x, history, converged, iterations, solver text)
     cost = lambda run: run[1][-1]   # noqa: E731
+    done = []
     for k, xs in enumerate(starts):
         runs.append(_least_squares(problem, xs, lo, hi, max_iter))
         done = [r for r in runs if r[2]]
@@ -185,8 +186,7 @@ def _multistart(problem: _Problem, x_start, lo, hi, max_iter: int, restarts: int
             best = min(map(cost, done))
             if sum(cost(r) <= best * (1 + 1e-4) for r in done) >= 2:
                 break
-    done = [r for r in runs if r[2]]
-    return min(done, key=cost) if done else runs[0], [cost(r) for r in runs]
+    return min(done, key=cost) if done else runs[0]
 
 
 def _cmaes(problem: _Problem, x0, lo, hi, generations: int, seed: int):
@@ -248,7 +248,7 @@ def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording]
         x_start, history = _cmaes(problem, x0, lo, hi, cma_generations, seed)
         if progress:
             progress('cmaes', 0.5, history[-1])
-    (x, ls_hist, converged, iters, text), _ = _multistart(
+    x, ls_hist, converged, iters, text = _multistart(
         problem, x_start, lo, hi, max_iter, 0 if use_cma else restarts, seed, progress)
     history += ls_hist
     if not converged:
