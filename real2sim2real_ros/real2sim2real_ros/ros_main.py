@@ -49,9 +49,10 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
         if executor is not None:
             executor.shutdown(timeout_sec=2.0)
         if spinner is not None:
-            # Let the spin thread leave rcl's wait before the node and context go: a thread
-            # still inside it at interpreter exit aborted the process ("terminate called
-            # without an active exception") in nodes fed 100 Hz /joint_states.
+            # Let the spin thread leave rcl's wait before the node and context go, as
+            # StateListener.close does for its own (the join there is what ended the
+            # "terminate called without an active exception" aborts; this one is the same
+            # ordering for the main executor).
             spinner.join(timeout=5.0)
         if node is not None:
             close = getattr(node, 'close', None)
