@@ -38,10 +38,14 @@ class LatchedPublisher:
         self.thread = threading.Thread(target=self._spin, daemon=True)
         self.thread.start()
 
-    def wait_for_subscribers(self, count: int, timeout: float) -> bool:
+    def wait_for_subscriber_nodes(self, names, timeout: float) -> bool:
+        """True once each named node subscribes and every subscriber in the graph has
+        matched this publisher (a count alone is met by whichever nodes matched first)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.pub.get_subscription_count() >= count:
+            infos = self.node.get_subscriptions_info_by_topic(self.pub.topic_name)
+            if set(names) <= {i.node_name for i in infos} and \
+                    self.pub.get_subscription_count() >= len(infos):
                 return True
             time.sleep(0.1)
         return False
@@ -92,8 +96,8 @@ def live(emulated_bringup):
     scene.write_text(scene_xml(spec))
     publisher = LatchedPublisher(Scene, 'scene', scene_message(spec, str(scene)))
     try:
-        # object_tracker, system_identification (and others that read the scene).
-        assert publisher.wait_for_subscribers(2, 30)
+        assert publisher.wait_for_subscriber_nodes(
+            ['object_tracker', 'system_identification'], 30)
         time.sleep(1.0)
         resp = cmd.arm()
         assert resp.success, resp.message
