@@ -70,7 +70,9 @@ def test_centre_of_mass_offset_moves_the_inertial_frame_and_changes_the_dynamics
     def pushed(model):
         d = mujoco.MjData(model)
         for k in range(400):        # 0.1 s of a 3 N push at the frame origin, then a slide
-            d.xfrc_applied[b, :3] = [3.0, 0.0, 0.0] if k < 100 else 0.0
+            force = np.array([3.0, 0.0, 0.0]) if k < 100 else np.zeros(3)
+            # xfrc_applied acts at the centre of mass: the push's lever arm adds a torque.
+            d.xfrc_applied[b] = np.concatenate([force, np.cross(d.xpos[b] - d.xipos[b], force)])
             mujoco.mj_step(model, d)
         return d.xpos[b].copy(), d.xipos[b] - d.xpos[b], d.xquat[b].copy()
 
@@ -84,6 +86,44 @@ def test_centre_of_mass_offset_moves_the_inertial_frame_and_changes_the_dynamics
     tw.set_parameters({'body/box_0/com_offset_y': 0.015})
     p2, off2, _ = pushed(tw.model)
     np.testing.assert_allclose(p2, p1, atol=1e-9)
+
+
+def test_centre_of_mass_offset_set_later_slides_the_box_as_one_compiled_with_it(robot):
+    """A free box compiled with its centre of mass at the frame origin has no coupling
+    entries in MuJoCo's sparse mass matrix: an offset written later turned a sliding box
+    0.11 rad where the same box compiled with the offset turned 0.01 rad (the emulated cell
+    compiles its offsets, so the twin disagreed with it even given the true offset)."""
+    import mujoco
+    later = Twin(robot, scene=SCENE)
+    b = later.model.body('object/box_0').id
+    inertia = later.model.body_inertia[b]
+    ix, iy, iz = inertia
+    compiled = Twin(robot, scene=SCENE.replace(
+        '<freejoint name="object/box_0"/>',
+        '<freejoint name="object/box_0"/><inertial pos="0.006 0.01 -0.003" mass="0.2" '
+        f'diaginertia="{ix:.9g} {iy:.9g} {iz:.9g}"/>'))
+    later.set_parameters({'body/box_0/com_offset_x': 0.006, 'body/box_0/com_offset_y': 0.01,
+                          'body/box_0/com_offset_z': -0.003})
+
+    def slide(tw):
+        m, d = tw.model, mujoco.MjData(tw.model)
+        d.qpos[tw._qadr] = HOME
+        d.ctrl[tw._act] = HOME
+        for _ in range(300):                 # settle on the table
+            mujoco.mj_step(m, d)
+        dof = m.jnt_dofadr[m.body_jntadr[b]]
+        d.qvel[dof:dof + 3] = [0.6, 0.3, 0.0]
+        start = d.xpos[b].copy()
+        for _ in range(1500):
+            mujoco.mj_step(m, d)
+        return d.xpos[b] - start, d.xquat[b].copy()
+
+    moved_c, quat_c = slide(compiled)
+    moved_l, quat_l = slide(later)
+    assert np.linalg.norm(moved_c) > 0.02                  # it slid
+    np.testing.assert_allclose(moved_l, moved_c, atol=5e-4)
+    turned = 2 * np.arccos(min(1.0, abs(float(quat_l @ quat_c))))
+    assert turned < np.radians(0.5), np.degrees(turned)
 
 
 @pytest.mark.parametrize('name', ['body/nothing/mass', 'joint/elbow_joint/stiffness',

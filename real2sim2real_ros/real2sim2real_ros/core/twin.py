@@ -136,7 +136,7 @@ class Twin:
             robot.attach_to(world, pos=robot_pos, quat=robot_quat)
             with warnings.catch_warnings():
                 warnings.filterwarnings('ignore', message='.*empty prefix.*')
-                self.model = world.compile()
+                self.model, ipos0 = _compile_with_general_free_bodies(world)
         except (RobotDescriptionError, ValueError) as exc:
             raise TwinBuildError(f'cannot build the twin: {exc}') from None
         m = self.model
@@ -160,7 +160,7 @@ class Twin:
             if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
                 self.object_ids.append(m.body(m.jnt_bodyid[j]).name.split('/')[-1])
                 self._obj_qadr.append(int(m.jnt_qposadr[j]))
-        self._ipos0 = m.body_ipos.copy()
+        self._ipos0 = ipos0
         self.latency = 0.0
         self.gravity_compensation = 1.0
         self._pools: dict[int, mujoco.rollout.Rollout] = {}
@@ -267,8 +267,9 @@ class Twin:
                 model.body_mass[i] = value
             else:
                 axis = 'xyz'.index(f.field[-1])
-                model.body_ipos[i, axis] = self._ipos0[i, axis] + value
-                _make_body_general(model, i)
+                ipos = model.body_ipos[i].copy()
+                ipos[axis] = self._ipos0[i, axis] + value
+                _move_com(model, i, ipos)
             return
         if value < 0:
             raise ValueError(f'{f.kind}/{f.field} must be >= 0, got {value}')
@@ -537,6 +538,59 @@ def _interp(t_new: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:
     idx = np.clip(np.searchsorted(t, t_new, side='right') - 1, 0, len(t) - 2)
     w = ((t_new - t[idx]) / (t[idx + 1] - t[idx]))[None, :, None]
     return y[:, idx] * (1 - w) + y[:, idx + 1] * w
+
+
+def _compile_with_general_free_bodies(world: mujoco.MjSpec):
+    """(model, body_ipos as built): ``world`` compiled so that a centre of mass offset
+    written later into a free body's body_ipos moves it as a compiled one would.
+
+    MuJoCo compiles a free body whose COM sits at its frame origin with a diagonal 6x6 mass
+    block (no entries for the translation-rotation coupling in the sparse M), so an offset
+    written afterwards had no coupling: a box with a 1 cm lateral offset turned 0.11 rad
+    where the same box compiled with the offset turned 0.01 rad. Such bodies are compiled
+    again with their inertial made explicit and the COM moved by ``_COUPLING_EPS`` (which
+    keeps those entries), then put back exactly where they were."""
+    model = world.compile()
+    ipos0 = model.body_ipos.copy()
+    simple = []
+    for j in range(model.njnt):
+        b = int(model.jnt_bodyid[j])
+        if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE and model.body(b).name and \
+                model.dof_simplenum[model.jnt_dofadr[j]] > 0:
+            simple.append(b)
+    if not simple:
+        return model, ipos0
+    for b in simple:
+        body = world.body(model.body(b).name)
+        body.explicitinertial = True
+        body.mass = float(model.body_mass[b])
+        body.ipos = (ipos0[b] + [0.0, 0.0, _COUPLING_EPS]).tolist()
+        body.iquat = model.body_iquat[b].tolist()
+        body.inertia = model.body_inertia[b].tolist()
+        body.fullinertia = [np.nan] * 6
+    model = world.compile()
+    for b in simple:
+        _move_com(model, b, ipos0[b])
+    return model, ipos0
+
+
+_COUPLING_EPS = 1e-4   # m: enough for the compiler to keep the coupling entries of M
+
+
+def _move_com(model: mujoco.MjModel, body: int, ipos) -> None:
+    """Put ``body``'s centre of mass at ``ipos`` (body frame) in a compiled model: also its
+    collision bounding boxes, which MuJoCo keeps in the inertial frame (left stale, the boxes
+    sat 1 cm off for a 1 cm offset) and the fast-path flags."""
+    ipos = np.asarray(ipos, float)
+    delta = ipos - model.body_ipos[body]
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, model.body_iquat[body])
+    local = rot.reshape(3, 3).T @ delta
+    adr, num = model.body_bvhadr[body], model.body_bvhnum[body]
+    if adr >= 0 and num > 0:
+        model.bvh_aabb[adr:adr + num, :3] -= local
+    model.body_ipos[body] = ipos
+    _make_body_general(model, body)
 
 
 def _make_body_general(model: mujoco.MjModel, body: int) -> None:

@@ -398,13 +398,19 @@ class _Residual:
         return np.concatenate(out, axis=1).T                   # (m, k)
 
     def jacobian(self, value: float, lower: float, upper: float, rel: float = 0.02):
-        """(r, dr/dvalue) by a forward difference of ``rel`` x value (contact outcomes are not
-        smooth at small steps), inward at the upper bound."""
+        """(r, dr/dvalue) by a central difference of +-``rel`` x value (one-sided, two steps,
+        at a bound). Contact outcomes are rough at small steps; a forward difference flipped
+        an object's identified flag when the twin's numerics changed by rounding."""
         h = rel * max(abs(value), 1e-3)
         if value + h > upper:
-            h = -h
-        r = self([value, value + h])
-        return r[:, 0], (r[:, 1] - r[:, 0]) / h
+            steps = np.array([-2 * h, -h])
+        elif value - h < lower:
+            steps = np.array([h, 2 * h])
+        else:
+            steps = np.array([-h, h])
+        r = self(np.concatenate([[value], value + steps]))
+        d = r[:, 1:] - r[:, :1]
+        return r[:, 0], d @ steps / float(steps @ steps)
 
 
 def _fit_1d(res: _Residual, spec: ParameterSpec, start: float | None, grid: int) -> float:
