@@ -122,12 +122,14 @@ def test_live_strikes_identify_the_box_friction(live):
           f'{est["body/box_0/mass"].value:.3f} [{est["body/box_0/mass"].lower_95:.3f}, '
           f'{est["body/box_0/mass"].upper_95:.3f}] (truth {truth["body/box_0/mass"]})')
     mu = truth['geom/box_0/friction']
-    assert f.identified and f.lower_95 <= mu <= f.upper_95
-    # The 10% bound holds where the interval pins the value (half width <= 6.5%, 3 standard
-    # errors), as in test_identification_integration.py. Two fitted strikes give +-10-18%
-    # here; the live estimate came out 0.556 and 0.613 for 0.55 in two CI-like runs with these
-    # settings, so a fixed 10% bound would fail at random. 25% still catches a broken fit.
-    pinned = (f.upper_95 - f.lower_95) / 2 <= 0.065 * f.value
+    assert f.lower_95 <= mu <= f.upper_95
+    # Three strikes seen by the bringup's 5 Hz tracker (8-12 residuals) pin the friction to
+    # +-16-25%, next to the 25% above which it is flagged not identified: the flag has gone
+    # both ways between CI-like runs (0.592, half width 25.1%), so it is not asserted. The
+    # 10% bound holds where the interval pins the value (half width <= 6.5%, 3 standard
+    # errors), as in test_identification_integration.py; the estimate has been 0.556, 0.592
+    # and 0.613 for 0.55, so a fixed 10% bound would fail at random. 25% catches a broken fit.
+    pinned = f.identified and (f.upper_95 - f.lower_95) / 2 <= 0.065 * f.value
     assert abs(f.value - mu) <= (0.10 if pinned else 0.25) * mu, (f.value, pinned)
     # The default cylinder (8 cm tall on a 6 cm base) would topple: not struck, not claimed.
     c = est['geom/cylinder_0/friction']

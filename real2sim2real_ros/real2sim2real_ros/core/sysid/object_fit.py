@@ -397,17 +397,17 @@ class _Residual:
             out.append((d / np.sqrt(self.sigma_track ** 2 / n_rest + sm ** 2))[:, None])
         return np.concatenate(out, axis=1).T                   # (m, k)
 
-    def jacobian(self, value: float, lower: float, upper: float, rel: float = 0.02):
-        """(r, dr/dvalue) by a central difference of +-``rel`` x value (one-sided, two steps,
-        at a bound). Contact outcomes are rough at small steps; a forward difference flipped
-        an object's identified flag when the twin's numerics changed by rounding."""
-        h = rel * max(abs(value), 1e-3)
-        if value + h > upper:
-            steps = np.array([-2 * h, -h])
-        elif value - h < lower:
-            steps = np.array([h, 2 * h])
-        else:
-            steps = np.array([-h, h])
+    def jacobian(self, value: float, lower: float, upper: float,
+                 rel=(-0.10, -0.05, -0.02, 0.02, 0.05, 0.10)):
+        """(r, dr/dvalue): each residual's least-squares slope over value x (1 + rel) (the
+        steps inside the bounds). Contact outcomes are rough: a residual moved by +-0.3
+        sigma between values 2% apart, so a forward or central difference at 2% measured
+        that jitter (an identified flag flipped with the twin's last bits); the slope over
+        +-10% measures the trend. The jitter is model error, budgeted in the residuals."""
+        scale = max(abs(value), 1e-3)
+        steps = np.array([k * scale for k in rel if lower <= value + k * scale <= upper])
+        if steps.size < 2:
+            steps = np.array([k * scale for k in rel])
         r = self(np.concatenate([[value], value + steps]))
         d = r[:, 1:] - r[:, :1]
         return r[:, 0], d @ steps / float(steps @ steps)
