@@ -139,7 +139,10 @@ def test_live_strikes_identify_the_box_friction(live):
     assert any(s.startswith('strike') for s in stages) and 'fit objects' in stages
     manifest = json.loads((Path(result.parameters.artifact_dir) / 'manifest.json').read_text())
     inputs = manifest['inputs']
-    assert len(inputs['arm_bags']) == 2 and len(inputs['strike_bags']) == 3   # 5 probes
+    # At most 5 probes: 2 arm + up to 3 strikes. The planner stops early when the box has
+    # come to rest where no strike is safe (seen in CI: 0.13 m from the table edge, the
+    # way back out of reach), and says so; two strikes still fit one, score the other.
+    assert len(inputs['arm_bags']) == 2 and 2 <= len(inputs['strike_bags']) <= 3
     objects = manifest['results']['objects']
     assert objects['heldout_joint_after'] < objects['heldout_joint_before']
     assert (Path(result.parameters.artifact_dir) / 'objects.png').read_bytes()[:4] == \
