@@ -96,8 +96,7 @@ def test_centre_of_mass_offset_set_later_slides_the_box_as_one_compiled_with_it(
     import mujoco
     later = Twin(robot, scene=SCENE)
     b = later.model.body('object/box_0').id
-    inertia = later.model.body_inertia[b]
-    ix, iy, iz = inertia
+    ix, iy, iz = later.model.body_inertia[b]
     compiled = Twin(robot, scene=SCENE.replace(
         '<freejoint name="object/box_0"/>',
         '<freejoint name="object/box_0"/><inertial pos="0.006 0.01 -0.003" mass="0.2" '

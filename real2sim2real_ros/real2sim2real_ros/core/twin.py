@@ -11,7 +11,7 @@ without recompiling, so one compiled model serves every parameter sample:
 
 ========================  ==========================================
 body/<b>/mass             body_mass (inertia scaled with it)
-body/<b>/com_offset_x|y|z body_ipos - ipos at build
+body/<b>/com_offset_x|y|z body_ipos - ipos at build (free bodies keep M's coupling entries)
 geom/<g>/friction         geom_friction[:, 0] (sliding)
 geom/<g>/torsional_friction, rolling_friction  geom_friction[:, 1|2]
 joint/<j>/damping         dof_damping
@@ -580,7 +580,9 @@ _COUPLING_EPS = 1e-4   # m: enough for the compiler to keep the coupling entries
 def _move_com(model: mujoco.MjModel, body: int, ipos) -> None:
     """Put ``body``'s centre of mass at ``ipos`` (body frame) in a compiled model: also its
     collision bounding boxes, which MuJoCo keeps in the inertial frame (left stale, the boxes
-    sat 1 cm off for a 1 cm offset) and the fast-path flags."""
+    sat 1 cm off for a 1 cm offset) and the fast-path flags. dof_M0 and the invweights stay
+    at their compiled values (a 1 cm offset changes a box's translational invweight by ~10%,
+    which only scales contact softness; the slide and turn still match a compiled offset)."""
     ipos = np.asarray(ipos, float)
     delta = ipos - model.body_ipos[body]
     rot = np.zeros(9)
