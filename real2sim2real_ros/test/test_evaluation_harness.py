@@ -59,7 +59,12 @@ def test_summary_gain_correlation_and_parameter_scores():
              _cell('b', [0.5, 1.0, 1.0], [0.4, 0.95, 1.0],
                    [{**row, 'relative_error': 0.01, 'covered': True, 'pinned': True},
                     {'truth': 1.0, 'identified': False, 'relative_error': 0.5,
-                     'covered': True, 'pinned': False}]),
+                     'covered': True, 'pinned': False},
+                    # Centre of mass offsets: judged in metres, apart from the relative scores.
+                    {'truth': 0.004, 'identified': True, 'offset': True, 'abs_error': 0.0012,
+                     'covered': True, 'pinned': False},
+                    {'truth': -0.002, 'identified': False, 'offset': True, 'abs_error': 0.002,
+                     'covered': False, 'pinned': False}]),
              {'name': 'c', 'error': 'RuntimeError: boom'}]
     s = summarize(cells)
     assert s['cells'] == 3 and s['cells_failed'] == 1
@@ -74,6 +79,8 @@ def test_summary_gain_correlation_and_parameter_scores():
     assert s['interval_coverage'] == pytest.approx(3 / 4)
     assert s['within_10pct_all'] == pytest.approx(2 / 4)
     assert s['pinned_parameters'] == 2 and s['pinned_within_10pct'] == pytest.approx(1.0)
+    assert s['com_offsets_identified'] == '1/2' and s['com_offset_abs_error_mm'] == [1.2]
+    assert s['com_offset_coverage'] == pytest.approx(0.5)
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
@@ -116,6 +123,12 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert fr['truth'] == truth_mu
     assert fr['relative_error'] == pytest.approx(abs(fr['estimate'] - truth_mu) / truth_mu)
     assert fr['covered'] == (fr['lower_95'] <= truth_mu <= fr['upper_95'])
+    # The box's lateral centre of mass offset, truth turned into the reconstructed frame.
+    com = [r for r in ident['parameters'] if '/com_offset_' in r['name']]
+    assert len(com) == 2 and all(r['offset'] and 'relative_error' not in r for r in com)
+    cx, cy = spec.object('box_0').com_offset[:2]
+    assert np.hypot(com[0]['truth'], com[1]['truth']) == pytest.approx(np.hypot(cx, cy))
+    assert all(r['abs_error'] == pytest.approx(abs(r['estimate'] - r['truth'])) for r in com)
     assert ident['arm_residual_after'] < ident['arm_residual_before']
     # Three policies, each scored on the cell and in twins over the same trials.
     for name in POLICIES:

@@ -1,4 +1,5 @@
-"""Object identification (sliding friction, mass) from strike probes on emulated cells.
+"""Object identification (sliding friction, mass, a box's lateral centre of mass offsets) from
+strike probes on emulated cells.
 
 The "reality" is an EmulatedWorld with hidden object friction / mass (and the cell spec's
 centre of mass offsets and rounded edges); the pipeline sees noisy joint states and tracked
@@ -95,6 +96,8 @@ def test_friction_and_mass_within_10_percent_with_honest_intervals(case):
         assert e.lower_95 <= t <= e.upper_95, (e, t)
         if e.name.endswith('/friction'):
             assert abs(e.value - t) <= 0.10 * t, (e, t)
+        elif '/com_offset_' in e.name:     # boxes: the sideways bend of their paths
+            assert abs(e.value - t) <= 0.003, (e, t)
         else:
             assert abs(e.value - t) <= 0.15 * t, (e, t)
     assert checked >= 2
@@ -143,8 +146,14 @@ def test_probe_bags_round_trip_and_refit(case, robot, tmp_path):
     fits = [identify_objects(Twin(robot, scene_xml(case.spec), parameters=arm), specs, r[:1],
                              nthread=2)
             for r in (case.recordings, recs)]
+    # The bag holds times in ns (trajectory times move by 5e-10 s), enough for the contact
+    # outcomes to differ at their jitter: an identified value within 3%, one the data do not
+    # pin (a single strike) within 5% of its bounds. (The node fits from the bags it
+    # recorded: live and offline are equal, test_object_identification_integration.py.)
     for e1, e2 in zip(fits[0].parameters, fits[1].parameters):
-        assert e1.value == pytest.approx(e2.value, rel=0.03), (e1, e2)
+        tol = 0.03 * abs(e1.value) if e1.identified and e2.identified else \
+            0.05 * (e1.upper_95 - e1.lower_95)
+        assert abs(e1.value - e2.value) <= tol, (e1, e2)
 
 
 def test_missing_poses_lost_objects_and_bags_without_tracking(robot, tmp_path):
@@ -184,7 +193,7 @@ def test_identification_config_declares_object_templates(robot):
     path = Path(real2sim2real_ros.__file__).resolve().parents[1] / 'config' / \
         'identification.yaml'
     config = load_identification_config(path)
-    assert config.strike_probes == 3 and len(config.object_templates) == 2
+    assert config.strike_probes == 3 and len(config.object_templates) == 4
     twin = Twin(robot, scene_xml(default_spec()))
     specs = config.object_specs(['box_0'], twin.get_parameter)
     by = {s.name: s for s in specs}
@@ -196,3 +205,49 @@ def test_identification_config_declares_object_templates(robot):
     from real2sim2real_ros.core.parameters import UnknownParameterError
     with pytest.raises(UnknownParameterError, match='geom/box_9/friction'):
         config.split(['geom/box_9/friction'], specs)
+
+
+class _Quadratic:
+    """Residuals r = slope (x - x0) plus per-value jitter, the shape of the sideways bend."""
+
+    def __init__(self, x0, slope, jitter, n=6, seed=0):
+        self.x0, self.slope, self.jitter, self.n = x0, slope, jitter, n
+        self.rng = np.random.default_rng(seed)
+        self.n_rollouts = 0
+
+    def __call__(self, values):
+        values = np.atleast_1d(np.asarray(values, float))
+        base = self.slope * (values - self.x0)[None, :] * np.ones((self.n, 1))
+        return base + self.rng.normal(0.0, self.jitter, (self.n, values.size))
+
+
+def test_offset_fit_follows_the_trend_not_the_jitter():
+    from real2sim2real_ros.core.parameters import ParameterSpec
+    from real2sim2real_ros.core.sysid.object_fit import _fit_offset
+    spec = ParameterSpec('body/box_0/com_offset_y', 0.0, -0.015, 0.015)
+    # A bend of 1 sigma per mm on 6 residuals, jitter 0.3 sigma: pinned to about +-0.4 mm.
+    v, hw, chi2, rejects = _fit_offset(_Quadratic(-0.004, 1000.0, 0.3), spec, 9)
+    assert abs(v + 0.004) < 0.0005 and 0.0002 < hw < 0.0015 and rejects
+    # Jitter of 1 sigma and no trend (an offset along every push): not identified, and the
+    # prior is not rejected, so it stays.
+    for seed in range(5):
+        v, hw, chi2, rejects = _fit_offset(_Quadratic(0.0, 0.0, 1.0, seed=seed), spec, 9)
+        assert not rejects and hw > 0.25 * 0.030, (seed, v, hw)
+
+
+def test_centre_of_mass_offsets_of_boxes_only(case):
+    """A box's lateral centre of mass offset bends its path sideways and is fitted; a
+    cylinder's yaw is not tracked, so its offsets stay at the prior, unidentified."""
+    fit = case.object_fit
+    box = [fit.parameters[f'body/box_0/com_offset_{a}'] for a in 'xy']
+    assert any(e.identified for e in box)
+    for e in box:
+        if e.identified:
+            t = case.truth[e.name]
+            assert e.lower_95 <= t <= e.upper_95 and abs(e.value - t) <= 0.003, (e, t)
+    for a in 'xy':
+        e = fit.parameters[f'body/cylinder_0/com_offset_{a}']
+        assert not e.identified and e.value == 0.0 and (e.lower_95, e.upper_95) == (-0.015,
+                                                                                  0.015)
+    if 'cylinder_0' in fit.per_object:
+        assert 'not tracked' in fit.per_object['cylinder_0']['com_offsets']

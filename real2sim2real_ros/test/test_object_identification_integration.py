@@ -134,7 +134,17 @@ def test_live_strikes_identify_the_box_friction(live):
     # The default cylinder (8 cm tall on a 6 cm base) would topple: not struck, not claimed.
     c = est['geom/cylinder_0/friction']
     assert not c.identified and (c.lower_95, c.upper_95) == (0.2, 1.0)
-    assert len(est) == 24      # 20 arm parameters + friction and mass of two objects
+    # 20 arm parameters + friction, mass and the 2 lateral centre of mass offsets of two
+    # objects. The box's offsets: within 3 mm where identified, covered either way; the
+    # cylinder's stay at the prior (its yaw is not tracked).
+    assert len(est) == 28
+    for a in 'xy':
+        b, t = est[f'body/box_0/com_offset_{a}'], truth[f'body/box_0/com_offset_{a}']
+        print(f'box com_offset_{a} {1e3 * b.value:.1f} mm [{1e3 * b.lower_95:.1f}, '
+              f'{1e3 * b.upper_95:.1f}] (truth {1e3 * t:.1f}), identified {b.identified}')
+        assert b.lower_95 <= t <= b.upper_95 and (not b.identified or abs(b.value - t) <= 0.003)
+        cyl = est[f'body/cylinder_0/com_offset_{a}']
+        assert not cyl.identified and cyl.value == 0.0
     stages = [fb.stage for fb in feedback]
     assert any(s.startswith('strike') for s in stages) and 'fit objects' in stages
     manifest = json.loads((Path(result.parameters.artifact_dir) / 'manifest.json').read_text())

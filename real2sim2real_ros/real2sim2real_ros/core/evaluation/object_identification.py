@@ -20,6 +20,7 @@ from ..sysid.fit import Recording
 
 FRICTION_PRIOR = (0.5, 0.2, 1.0)      # prior, lower, upper
 MASS_BOUNDS = (0.02, 2.0)             # kg
+COM_BOUNDS = (-0.015, 0.015)          # m, lateral centre of mass offsets in the object's frame
 
 
 class DepthTracker:
@@ -99,15 +100,18 @@ def tracked_now(world, tracker: DepthTracker, frames: int = 3) -> dict:
 def identify_object(world, robot, cfg, found, table_height: float, arm_values: dict, out_dir,
                     recon_objects=None, scene_path: str | None = None,
                     arm_priors: dict | None = None) -> dict:
-    """Friction and mass of ``found`` (the task's object, reconstructed) from strike probes.
+    """Friction, mass and lateral centre of mass offsets of ``found`` (the task's object,
+    reconstructed) from strike probes.
 
     Returns {'parameters': [ParameterEstimate, ...] (twin names 'geom/object/<id>/friction',
-    'body/object/<id>/mass'), 'strikes': probe executions, figures...}."""
+    'body/object/<id>/mass', 'body/object/<id>/com_offset_x|y'), 'object_frame_yaw' (rad, the
+    twin object's frame, which its offsets are in), 'strikes': probe executions, figures...}."""
     from ..object_tracking import TrackedObjectModel
     from ..sysid.object_fit import (
         ensure_object_priority,
         final_object_fits,
         identify_objects,
+        object_frame_yaw,
         strike_objects,
         table_region,
     )
@@ -136,6 +140,9 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
     m0 = float(np.clip(found.mass, *MASS_BOUNDS))
     specs = [ParameterSpec(f'geom/object/{found.id}/friction', *FRICTION_PRIOR),
              ParameterSpec(f'body/object/{found.id}/mass', m0, *MASS_BOUNDS, unit='kg')]
+    specs += [ParameterSpec(f'body/object/{found.id}/com_offset_{a}', 0.0, *COM_BOUNDS,
+                            unit='m') for a in 'xy']
+    frame_yaw = object_frame_yaw(twin, found.id)
     friction = {found.id: (FRICTION_PRIOR[1], FRICTION_PRIOR[0], FRICTION_PRIOR[2])}
     strike_recs, previous = [], {}
     from ..sysid.object_fit import StrikeRecording
@@ -164,6 +171,7 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
                                   e.upper_95 if e.identified else FRICTION_PRIOR[2])
     fit, _ = final_object_fits(twin, specs, strike_recs, nthread=1, arm_priors=arm_priors)
     return {'parameters': [fit.parameters[s.name] for s in specs],
+            'object_frame_yaw': frame_yaw,
             'strikes': len(strike_recs),
             'object_heldout_error_before': fit.heldout_error_before,
             'object_heldout_error_after': fit.heldout_error_after,

@@ -1,4 +1,5 @@
-"""Fit the objects' sliding friction and mass to strike probes (ROS-free).
+"""Fit the objects' sliding friction, mass and (boxes) lateral centre of mass offsets to strike
+probes (ROS-free).
 
 Every strike (core/sysid/object_probes.py) is replayed in the twin: from the arm's measured
 rest state behind the object and every object's tracked rest pose before the push, the
@@ -10,30 +11,36 @@ samples), until the object has stopped. Per object (``geom/<id>/friction``,
   one, each frame while it moves and the mean of the rest frames (one residual per strike),
   scaled by sqrt(tracker noise^2 [/ n rest frames] + model error^2). The model error is a
   per-strike budget (``model_error`` x the slide + ``model_error_abs``): the twin does not
-  reproduce a strike exactly (unknown centre of mass offsets, rounded edges, contact
-  softness); a strike's frames share it, so together they weigh as one residual. The
-  cross-track direction carries no friction information (a centre of mass offset bends the
-  path) and is left out. A twin sample in which the object tips over is far off;
+  reproduce a strike exactly (rounded edges, contact softness); a strike's frames share it,
+  so together they weigh as one residual. A twin sample in which the object tips over is far
+  off;
 * mass, from the joints given the friction: measured minus simulated joint positions from the
   push to 0.25 s after the release, scaled by the joint noise (from the rest before the push).
   The object loads the arm with m (a + mu g) while it rides the tool;
-* friction again, given the mass.
+* a box's lateral centre of mass offsets (``body/<id>/com_offset_x|y``, in its frame), from the
+  cross-track positions (an offset across the push turns the box and bends its path), with a
+  per-strike budget ``cross_model_error``. A cylinder's yaw is not tracked: its offsets keep
+  the prior;
+* friction again, given the mass and the offsets.
 
-Search: each parameter on its own (the other fixed) by batched grids (log-spaced over the
-bounds, then finer around the best, then the parabola's vertex) -- one ``mujoco.rollout`` batch
-per strike and stage, robust to the small-scale roughness of contact outcomes on which finite
-differences and derivative-based steps (``mujoco.minimize``, CMA-ES's step-size adaptation on
-2 dimensions) were slower and no better here.
+Search: each parameter on its own (the others fixed) by batched grids (log-spaced over the
+bounds, linear for an offset; then finer around the best; then the vertex of a least-squares
+parabola through the 7 nearest values, which follows the trend under contact jitter) -- one
+``mujoco.rollout`` batch per strike and stage, robust to the small-scale roughness of contact
+outcomes on which finite differences and derivative-based steps (``mujoco.minimize``, CMA-ES's
+step-size adaptation on 2 dimensions) were slower and no better here.
 
 95% intervals: friction from the Gauss-Newton curvature of its residuals (Student-t when
 their scatter exceeds the budget) combined with ``systematic_error`` x the value, the part of
 the model error that all strikes of an object share (measured on emulated cells with known
 truth: 8% RMS); mass from the joints' curvature, inflated by the residuals' autocorrelation
 and chi^2, plus the friction's uncertainty carried through m (a + mu g) and
-``mass_model_error``. A parameter whose half width exceeds ``identified_fraction`` of its value
-(or half its range) is reported with identified=false and its bounds as the interval (value:
-the estimate, or the prior when the data hold nothing). An object no usable strike reached
-keeps its prior with identified=false.
+``mass_model_error``; an offset from the curvature of a parabola through its costs over the
+bounds combined with ``offset_systematic_error``. A parameter whose half width exceeds
+``identified_fraction`` of its value (or half its range; an offset: a quarter of its range) is
+reported with identified=false and its bounds as the interval (value: the estimate when the
+data reject the prior -- or, friction and mass, bound the value -- else the prior). An object
+no usable strike reached keeps its prior with identified=false.
 
 Strikes in which the object tipped over, left the table / the camera's view or was not
 tracked are dropped and named. :func:`final_object_fits` reports the fit on all strike
@@ -55,7 +62,7 @@ from .object_probes import StrikeInfo, StrikeObject, TableRegion
 
 __all__ = ['ObjectDataError', 'ObjectFitOptions', 'ObjectFitResult', 'ObjectTrack',
            'StrikeRecording', 'ensure_object_priority', 'final_object_fits', 'identify_objects',
-           'object_parameter_names', 'strike_objects', 'table_region']
+           'object_frame_yaw', 'object_parameter_names', 'strike_objects', 'table_region']
 
 G = 9.81
 
@@ -100,6 +107,11 @@ class ObjectFitOptions:
     grid: int = 9                      # first search: values log-spaced over the bounds
     mass_model_error: float = 0.05     # fraction of the mass: the push model's budget
     identified_fraction: float = 0.25  # half width / value above which: not identified
+    cross_model_error: float = 0.005   # m per strike across the path with the true centre of
+    #                                    mass (measured on emulated cells: 5 mm RMS)
+    offset_systematic_error: float = 0.0025   # m (1 sigma) of a centre of mass offset, common
+    #                to a box's strikes (the tracked centre's bias, the contact patch): offsets
+    #                with the depth tracker were 1.0-4.4 mm off (2.6 mm RMS) on harness cells
     tip_tolerance: float = 0.012       # m of height change: the object tipped over
     seed: int = 0
 
@@ -163,6 +175,22 @@ def _object_geoms(twin: Twin) -> dict[str, list[int]]:
         out[oid] = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body
                     and m.geom_contype[g] | m.geom_conaffinity[g]]
     return out
+
+
+def object_frame_yaw(twin: Twin, object_id: str) -> float:
+    """Yaw (rad) of ``object_id``'s body frame in the twin's scene as loaded: the frame its
+    centre of mass offsets are in."""
+    m = twin.model
+    qadr = twin._obj_qadr[twin.object_ids.index(object_id)]
+    body = int(m.jnt_bodyid[int(np.flatnonzero(m.jnt_qposadr == qadr)[0])])
+    data = mujoco.MjData(m)
+    mujoco.mj_forward(m, data)
+    return quat_yaw(data.xquat[body])
+
+
+def _is_box(twin: Twin, object_id: str) -> bool:
+    geoms = _object_geoms(twin).get(object_id, [])
+    return len(geoms) == 1 and twin.model.geom_type[geoms[0]] == mujoco.mjtGeom.mjGEOM_BOX
 
 
 def ensure_object_priority(twin: Twin) -> list[str]:
@@ -380,9 +408,16 @@ class _Residual:
             if self.block == 'joints':
                 out.append(((q - seg.joint_q[None]) / seg.joint_sigma).reshape(len(samples), -1))
                 continue
-            along = (xy[..., :2] - seg.p0) @ seg.u              # (k, n)
-            obs = (seg.obs_xy - seg.p0) @ seg.u
-            sm = o.model_error * seg.slide + o.model_error_abs
+            if self.block == 'cross':
+                # Across the path: what a centre of mass offset bends (friction hardly does).
+                n_dir = np.array([-seg.u[1], seg.u[0]])
+                along = (xy[..., :2] - seg.p0) @ n_dir
+                obs = (seg.obs_xy - seg.p0) @ n_dir
+                sm = o.cross_model_error
+            else:
+                along = (xy[..., :2] - seg.p0) @ seg.u          # (k, n)
+                obs = (seg.obs_xy - seg.p0) @ seg.u
+                sm = o.model_error * seg.slide + o.model_error_abs
             # A twin that tips the object over (the cell's stayed upright) is far off.
             tipped = np.abs(xy[:, seg.rest, 2].mean(axis=1) - seg.z0) > o.tip_tolerance
             along = np.where(tipped[:, None], along + 1.0, along)
@@ -415,10 +450,11 @@ class _Residual:
 
 def _fit_1d(res: _Residual, spec: ParameterSpec, start: float | None, grid: int) -> float:
     """Batched 1-D search: a log-spaced grid over the bounds (around ``start`` when given), a
-    finer grid between the best point's neighbours, then the vertex of the parabola through
-    the best three (in log space). One batched rollout per strike and stage; robust to the
-    small-scale roughness of contact outcomes that trips derivative-based steps."""
+    finer grid between the best point's neighbours, then the vertex of a parabola (in log
+    space). One batched rollout per strike and stage; robust to the small-scale roughness of
+    contact outcomes that trips derivative-based steps."""
     lo, hi = max(spec.lower, 1e-3 * spec.upper), spec.upper
+    fwd, inv = np.log, np.exp
     if start is None:
         g = np.geomspace(lo, hi, grid)
     else:
@@ -436,12 +472,15 @@ def _fit_1d(res: _Residual, spec: ParameterSpec, start: float | None, grid: int)
     xs = np.array(sorted(costs))
     c = np.array([costs[x] for x in xs])
     k = int(np.argmin(c))
-    if 0 < k < xs.size - 1:
-        lx = np.log(xs[k - 1:k + 2])
-        p = np.polyfit(lx, c[k - 1:k + 2], 2)
+    # A least-squares parabola through the 7 tried values nearest the best: the costs carry
+    # contact jitter (+-1 between values a few % apart where the slide is short), and the
+    # lowest point, or the parabola through the best three, fits it.
+    near = np.argsort(np.abs(fwd(xs) - fwd(xs[k])))[:7]
+    if near.size >= 4:
+        p = np.polyfit(fwd(xs[near]), c[near], 2)
         if p[0] > 0:
-            v = float(np.exp(-p[1] / (2 * p[0])))
-            if xs[k - 1] <= v <= xs[k + 1]:
+            v = float(inv(-p[1] / (2 * p[0])))
+            if xs[near].min() <= v <= xs[near].max():
                 return v
     return float(xs[k])
 
@@ -470,28 +509,81 @@ def _autocorrelation_factor(r: np.ndarray, segs: list[_Segment]) -> float:
     return (1 + rho) / (1 - rho)
 
 
-def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nthread):
-    """Friction from the object's path, mass from the joints given the friction, friction
-    again given the mass. Returns ({name: (value, half width, identified)}, rollouts, info)."""
+CHI2_95_1DOF = 3.841458820694124
+
+
+def _fit_offset(res: _Residual, spec: ParameterSpec, grid: int):
+    """A centre of mass offset from the sideways bend of the paths: (value, 95% half width,
+    chi^2 per residual, prior rejected).
+
+    The cost over the offset is a parabola (the bend is about linear in the offset) under
+    contact jitter: an offset along a strike's push moves the sideways rest position by
+    +-1 sigma at random between grid points, so the lowest grid point (or a local slope)
+    would fit that jitter. A least-squares parabola through a grid over the bounds (then a
+    finer one around its vertex) gives the value, its curvature the interval (the cost's
+    rise by the 95% chi^2 quantile), and a flat or jagged cost an unidentified offset."""
+    lo, hi = spec.lower, spec.upper
+    xs = np.linspace(lo, hi, max(grid, 7) + 2)
+    cost = np.sum(res(xs) ** 2, axis=0)
+
+    def parabola(x, c):
+        p = np.polyfit(x, c, 2)
+        return p, (float(np.clip(-p[1] / (2 * p[0]), lo, hi)) if p[0] > 0 else spec.prior)
+    p, v = parabola(xs, cost)
+    if p[0] > 0:
+        span = min(0.5 * (hi - lo), 2.0 * np.sqrt(CHI2_95_1DOF / p[0]))
+        fine = np.linspace(max(lo, v - span), min(hi, v + span), 7)
+        xs = np.concatenate([xs, fine])
+        cost = np.concatenate([cost, np.sum(res(fine) ** 2, axis=0)])
+        near = np.abs(xs - v) <= max(span, 2.5 * (hi - lo) / (xs.size - 1))
+        if near.sum() >= 5:
+            p, v = parabola(xs[near], cost[near])
+    r = res([v])[:, 0]
+    n = r.size
+    chi2 = float(r @ r) / max(1, n - 1) if n > 1 else 1.0
+    if p[0] <= 0:
+        return spec.prior, float('inf'), chi2, False
+    s2 = max(1.0, chi2)
+    hw = float(np.sqrt(CHI2_95_1DOF * s2 / p[0]))
+    model = np.polyval(p, [spec.prior, v])
+    return v, hw, chi2, bool(model[0] - model[1] > CHI2_95_1DOF * s2)
+
+
+def _rejects(res: _Residual, value: float, prior: float, r: np.ndarray, chi2: float) -> bool:
+    """Do the residuals reject the prior against ``value``? (their cost rises by more than the
+    95% chi^2 quantile of one parameter, scaled by the scatter). A parameter not identified
+    to the flag's precision keeps its estimate when they do: the prior is known to be worse."""
+    r0 = res([prior])[:, 0]
+    return bool(float(r0 @ r0) - float(r @ r) > CHI2_95_1DOF * max(1.0, chi2))
+
+
+def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nthread,
+                offsets_observable: bool = True):
+    """Friction from the object's path, mass from the joints given the friction, the lateral
+    centre of mass offsets from the path's sideways bend (boxes: a cylinder's yaw is not
+    tracked), friction again given both. Returns ({name: (value, half width, identified,
+    prior rejected)}, rollouts, info)."""
     f_spec = next((s for s in specs if s.name.endswith('/friction')), None)
-    m_spec = next((s for s in specs if s.name.startswith('body/')), None)
+    m_spec = next((s for s in specs if s.name.endswith('/mass')), None)
+    c_specs = [s for s in specs if '/com_offset_' in s.name]
     out, rollouts, info = {}, 0, {}
+    values = {s.name: s.prior for s in specs}
+
+    def others(name):
+        return {k: v for k, v in values.items() if k != name}
 
     def ident(spec, v, hw):
         return bool(np.isfinite(hw) and hw <= options.identified_fraction * abs(v)
                     and hw < 0.5 * (spec.upper - spec.lower))
-    mass = m_spec.prior if m_spec else None
-    fixed_m = {m_spec.name: mass} if m_spec else {}
-    mu, var_mu = (f_spec.prior if f_spec else None), 0.0
+    var_mu, m_ok, com_moved = 0.0, False, False
     if f_spec:
-        res_mu = _Residual(twin, segs, f_spec.name, fixed_m, 'object', sigma_track, options,
-                           nthread)
-        mu = _fit_1d(res_mu, f_spec, None, options.grid)
+        res_mu = _Residual(twin, segs, f_spec.name, others(f_spec.name), 'object', sigma_track,
+                           options, nthread)
+        values[f_spec.name] = _fit_1d(res_mu, f_spec, None, options.grid)
         rollouts += res_mu.n_rollouts
     if m_spec:
-        fixed_f = {f_spec.name: mu} if f_spec else {}
-        res_m = _Residual(twin, segs, m_spec.name, fixed_f, 'joints', sigma_track, options,
-                          nthread)
+        res_m = _Residual(twin, segs, m_spec.name, others(m_spec.name), 'joints', sigma_track,
+                          options, nthread)
         mass = _fit_1d(res_m, m_spec, None, options.grid)
         r, jm = res_m.jacobian(mass, m_spec.lower, m_spec.upper)
         n = r.size
@@ -502,25 +594,44 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
         info['joint_chi2'] = chi2
         info['joint_correlation_factor'] = factor
         if f_spec:   # the friction's own uncertainty moves the mass (m (a + mu g) is seen)
-            res_mf = _Residual(twin, segs, f_spec.name, {m_spec.name: mass}, 'joints',
+            res_mf = _Residual(twin, segs, f_spec.name, {**others(f_spec.name),
+                                                         m_spec.name: mass}, 'joints',
                                sigma_track, options, nthread)
-            _, jmu = res_mf.jacobian(mu, f_spec.lower, f_spec.upper)
+            _, jmu = res_mf.jacobian(values[f_spec.name], f_spec.lower, f_spec.upper)
             rollouts += res_mf.n_rollouts
             dm_dmu = -float(jm @ jmu) / max(float(jm @ jm), 1e-300)
             info['dm_dmu'] = dm_dmu
         rollouts += res_m.n_rollouts
         hw_m = _z(0, False) * np.sqrt(var_m)
         m_ok = ident(m_spec, mass, hw_m)
-        if not m_ok:
-            mass = m_spec.prior
+        values[m_spec.name] = mass if m_ok else m_spec.prior
+    for c_spec in c_specs:
+        if not offsets_observable:
+            out[c_spec.name] = (c_spec.prior, float('inf'), False, False)
+            info['com_offsets'] = "not fitted: a cylinder's yaw is not tracked"
+            continue
+        res_c = _Residual(twin, segs, c_spec.name, others(c_spec.name), 'cross', sigma_track,
+                          options, nthread)
+        v, hw, chi2, _ = _fit_offset(res_c, c_spec, options.grid)
+        hw = float(np.hypot(hw, 1.959963984540054 * options.offset_systematic_error))
+        # The prior is rejected when it lies outside the whole interval, the shared error
+        # included (the residuals alone rejected 0 for a -7 mm estimate of a +6 mm offset).
+        rejects = bool(abs(v - c_spec.prior) > hw)
+        rollouts += res_c.n_rollouts
+        # An offset is near zero: identified when its interval spans at most half the bounds.
+        ok = bool(hw <= 0.25 * (c_spec.upper - c_spec.lower))
+        if ok or rejects:
+            values[c_spec.name] = v
+            com_moved = True
+        out[c_spec.name] = (values[c_spec.name], float(hw), ok, rejects)
+        info[f'{c_spec.name.rsplit("/", 1)[1]}_chi2'] = chi2
     if f_spec:
-        fixed_m = {m_spec.name: mass} if m_spec else {}
-        res_mu = _Residual(twin, segs, f_spec.name, fixed_m, 'object', sigma_track, options,
-                           nthread)
-        if m_spec and m_ok:
+        res_mu = _Residual(twin, segs, f_spec.name, others(f_spec.name), 'object', sigma_track,
+                           options, nthread)
+        mu = values[f_spec.name]
+        if m_ok or com_moved:
             mu = _fit_1d(res_mu, f_spec, mu, options.grid)
         r, jf = res_mu.jacobian(mu, f_spec.lower, f_spec.upper)
-        rollouts += res_mu.n_rollouts
         n = r.size
         chi2 = float(r @ r) / max(1, n - 1) if n > 1 else 1.0
         estimated = n > 1 and chi2 > 1.0
@@ -528,15 +639,20 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
         var_mu = var_stat + (options.systematic_error * mu) ** 2
         hw = float(np.hypot(_z(n - 1, estimated) * np.sqrt(var_stat),
                             1.959963984540054 * options.systematic_error * mu))
-        out[f_spec.name] = (mu, float(hw), ident(f_spec, mu, hw))
+        rejects = _rejects(res_mu, mu, f_spec.prior, r, chi2)
+        rollouts += res_mu.n_rollouts
+        out[f_spec.name] = (mu, hw, ident(f_spec, mu, hw), rejects)
+        values[f_spec.name] = mu
         info['object_chi2'] = chi2
         info['object_residuals'] = n
     if m_spec:
+        mass = values[m_spec.name]
         if f_spec and 'dm_dmu' in info:
             var_m = var_m + info['dm_dmu'] ** 2 * var_mu
         var_m = var_m + (options.mass_model_error * mass) ** 2
         hw_m = _z(0, False) * np.sqrt(var_m)
-        out[m_spec.name] = (mass, float(hw_m), m_ok and ident(m_spec, mass, hw_m))
+        ok = m_ok and ident(m_spec, mass, hw_m)
+        out[m_spec.name] = (mass, float(hw_m), ok, ok)
     return out, rollouts, info
 
 
@@ -575,9 +691,13 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
     for s in specs:
         kind, rest = s.name.split('/', 1)
         oid, fld = rest.rsplit('/', 1)
-        if (kind, fld) not in (('geom', 'friction'), ('body', 'mass')):
-            raise ValueError(f'{s.name}: object identification fits geom/<id>/friction and '
-                             f'body/<id>/mass only')
+        if (kind, fld) not in (('geom', 'friction'), ('body', 'mass'),
+                               ('body', 'com_offset_x'), ('body', 'com_offset_y')):
+            raise ValueError(f'{s.name}: object identification fits geom/<id>/friction, '
+                             f'body/<id>/mass and body/<id>/com_offset_x|y only')
+        if fld.startswith('com_offset') and not s.lower < s.prior < s.upper:
+            raise ValueError(f'{s.name}: the bounds of a centre of mass offset must hold its '
+                             f'prior strictly inside ({s.lower}, {s.prior}, {s.upper})')
         oid = oid.split('/')[-1]
         if oid not in twin.object_ids:
             raise ValueError(f'{s.name}: {oid!r} is not a free object of the twin '
@@ -605,17 +725,21 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
                                                  s.unit, False))
             continue
         try:
-            est, n_r, info = _fit_object(twin, ospecs, osegs, sigma_track, options, nthread)
+            est, n_r, info = _fit_object(twin, ospecs, osegs, sigma_track, options, nthread,
+                                         offsets_observable=_is_box(twin, oid))
         except UnstableTwinError as exc:
             raise UnstableTwinError(f'{oid}: {exc}') from None
         n_rollouts += n_r
         for s in ospecs:
-            v, hw, ok = est[s.name]
+            v, hw, ok, rejects = est[s.name]
             if ok:
                 result_set.add(ParameterEstimate(s.name, v, max(s.lower, v - hw),
                                                  min(s.upper, v + hw), s.prior, s.unit, True))
             else:
-                value = v if np.isfinite(hw) and hw < 0.5 * (s.upper - s.lower) else s.prior
+                # The estimate when the data reject the prior or say something about the
+                # value; the prior when they hold nothing.
+                value = v if rejects or (np.isfinite(hw) and hw < 0.5 * (s.upper - s.lower)) \
+                    else s.prior
                 result_set.add(ParameterEstimate(s.name, value, s.lower, s.upper, s.prior,
                                                  s.unit, False))
         fitted = {s.name: result_set[s.name].value for s in ospecs}
@@ -627,7 +751,7 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
         ra.append(score([fitted[name]])[:, 0])
         n_rollouts += score.n_rollouts
         per_object[oid] = {'strikes': len(osegs), 'slides_m': [round(s.slide, 4) for s in osegs],
-                           **{k: float(v) for k, v in info.items()}}
+                           **{k: v if isinstance(v, str) else float(v) for k, v in info.items()}}
     if len(unstruck) == len(by_object):
         raise ObjectDataError('no usable strike for any declared object: ' + (
             '; '.join(dropped.values()) if dropped else 'the recordings hold no strikes'))

@@ -101,15 +101,22 @@ def write_object_report(path, fit, max_strikes: int = 8) -> Path:
             ax.legend(fontsize=6)
     ax = fig.add_subplot(rows + 1, 1, rows + 1)
     est = list(fit.parameters)
-    ref = np.array([e.prior if e.prior else 1.0 for e in est])
+    # Centre of mass offsets (prior 0) in mm on their own axis; the others relative to priors.
+    offset = np.array(['/com_offset_' in e.name for e in est])
+    ref = np.array([1e-3 if off else (e.prior or 1.0) for e, off in zip(est, offset)])
     val = np.array([e.value for e in est]) / ref
     lo = np.array([e.lower_95 for e in est]) / ref
     hi = np.array([e.upper_95 for e in est]) / ref
     x = np.arange(len(est))
-    colors = ['tab:blue' if e.identified else 'tab:gray' for e in est]
-    for k in range(len(est)):
-        ax.errorbar([x[k]], [val[k]], yerr=[[val[k] - lo[k]], [hi[k] - val[k]]], fmt='o',
-                    capsize=3, color=colors[k])
+    ax_mm = ax.twinx() if offset.any() else None
+    for k, e in enumerate(est):
+        color = ('tab:green' if offset[k] else 'tab:blue') if e.identified else 'tab:gray'
+        (ax_mm if offset[k] else ax).errorbar(
+            [x[k]], [val[k]], yerr=[[val[k] - lo[k]], [hi[k] - val[k]]],
+            fmt='s' if offset[k] else 'o', capsize=3, color=color)
+    if ax_mm is not None:
+        ax_mm.set_ylabel('centre of mass offset [mm] (squares)', fontsize=7)
+        ax_mm.tick_params(labelsize=6)
     ax.axhline(1.0, color='k', lw=0.8)
     ax.set_xticks(x)
     ax.set_xticklabels([e.name + ('' if e.identified else ' (not identified)') for e in est],
