@@ -108,10 +108,14 @@ class Episode:
 # so an episode's outcome depends on its job alone (not on which worker ran which episodes
 # before it: a set-and-restore of a mass leaves rounding residue, and contact-rich pushing
 # amplifies any difference).
+# A centre of mass offset also moves the body's collision bounding boxes and takes it off
+# MuJoCo's fast paths (core/twin.py _move_com): left shifted, the boxes of a randomised
+# offset piled up episode after episode and the twin missed contacts.
 _MODEL_FIELDS = ('body_mass', 'body_inertia', 'body_ipos', 'body_invweight0',
                  'body_subtreemass', 'body_gravcomp', 'dof_invweight0', 'dof_M0', 'dof_damping',
                  'dof_frictionloss', 'dof_armature', 'geom_friction', 'actuator_gainprm',
-                 'actuator_biasprm')
+                 'actuator_biasprm', 'bvh_aabb', 'body_sameframe', 'body_simple',
+                 'dof_simplenum')
 
 
 def _pristine(twin) -> dict:
