@@ -512,9 +512,10 @@ def _autocorrelation_factor(r: np.ndarray, segs: list[_Segment]) -> float:
 CHI2_95_1DOF = 3.841458820694124
 
 
-def _fit_offset(res: _Residual, spec: ParameterSpec, grid: int):
+def _fit_offset(res: _Residual, spec: ParameterSpec, grid: int, systematic: float = 0.0):
     """A centre of mass offset from the sideways bend of the paths: (value, 95% half width,
-    chi^2 per residual, prior rejected).
+    chi^2 per residual, prior rejected). ``systematic``: m (1 sigma) common to the strikes,
+    combined into the half width; the prior is rejected when it lies outside the interval.
 
     The cost over the offset is a parabola (the bend is about linear in the offset) under
     contact jitter: an offset along a strike's push moves the sideways rest position by
@@ -543,10 +544,9 @@ def _fit_offset(res: _Residual, spec: ParameterSpec, grid: int):
     chi2 = float(r @ r) / max(1, n - 1) if n > 1 else 1.0
     if p[0] <= 0:
         return spec.prior, float('inf'), chi2, False
-    s2 = max(1.0, chi2)
-    hw = float(np.sqrt(CHI2_95_1DOF * s2 / p[0]))
-    model = np.polyval(p, [spec.prior, v])
-    return v, hw, chi2, bool(model[0] - model[1] > CHI2_95_1DOF * s2)
+    hw = float(np.hypot(np.sqrt(CHI2_95_1DOF * max(1.0, chi2) / p[0]),
+                        1.959963984540054 * systematic))
+    return v, hw, chi2, bool(abs(v - spec.prior) > hw)
 
 
 def _rejects(res: _Residual, value: float, prior: float, r: np.ndarray, chi2: float) -> bool:
@@ -612,11 +612,10 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
             continue
         res_c = _Residual(twin, segs, c_spec.name, others(c_spec.name), 'cross', sigma_track,
                           options, nthread)
-        v, hw, chi2, _ = _fit_offset(res_c, c_spec, options.grid)
-        hw = float(np.hypot(hw, 1.959963984540054 * options.offset_systematic_error))
         # The prior is rejected when it lies outside the whole interval, the shared error
         # included (the residuals alone rejected 0 for a -7 mm estimate of a +6 mm offset).
-        rejects = bool(abs(v - c_spec.prior) > hw)
+        v, hw, chi2, rejects = _fit_offset(res_c, c_spec, options.grid,
+                                           options.offset_systematic_error)
         rollouts += res_c.n_rollouts
         # An offset is near zero: identified when its interval spans at most half the bounds.
         ok = bool(hw <= 0.25 * (c_spec.upper - c_spec.lower))
