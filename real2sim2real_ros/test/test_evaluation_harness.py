@@ -44,18 +44,22 @@ def test_truth_names_map_onto_the_twin_names():
     assert _twin_name('global/command_latency', m) == 'global/command_latency'
 
 
-def _cell(name, twin, cell, rows=()):
+def _cell(name, twin, cell, rows=(), heldout=None):
+    held = {} if heldout is None else dict(zip(
+        ('object_heldout_error_before', 'object_heldout_error_after',
+         'object_heldout_error_true_parameters'), heldout))
     return {'name': name, 'policies': {
         p: {'cell': {'success_rate': c}, 'twin_identified': {'success_rate': t},
             'twin_own': {'success_rate': 1.0}} for p, t, c in zip(POLICIES, twin, cell)},
-        'identification': {'parameters': list(rows)}}
+        'identification': {'parameters': list(rows), **held}}
 
 
 def test_summary_gain_correlation_and_parameter_scores():
     row = {'truth': 0.5, 'identified': True}
     cells = [_cell('a', [0.2, 0.9, 0.95], [0.1, 0.85, 0.9],
                    [{**row, 'relative_error': 0.05, 'covered': True, 'pinned': True},
-                    {**row, 'relative_error': 0.2, 'covered': False, 'pinned': False}]),
+                    {**row, 'relative_error': 0.2, 'covered': False, 'pinned': False}],
+                   heldout=(0.040, 0.008, 0.006)),
              _cell('b', [0.5, 1.0, 1.0], [0.4, 0.95, 1.0],
                    [{**row, 'relative_error': 0.01, 'covered': True, 'pinned': True},
                     {'truth': 1.0, 'identified': False, 'relative_error': 0.5,
@@ -64,7 +68,8 @@ def test_summary_gain_correlation_and_parameter_scores():
                     {'truth': 0.004, 'identified': True, 'offset': True, 'abs_error': 0.0012,
                      'covered': True, 'pinned': False},
                     {'truth': -0.002, 'identified': False, 'offset': True, 'abs_error': 0.002,
-                     'covered': False, 'pinned': False}]),
+                     'covered': False, 'pinned': False}],
+                   heldout=(0.010, 0.006, 0.005)),
              {'name': 'c', 'error': 'RuntimeError: boom'}]
     s = summarize(cells)
     assert s['cells'] == 3 and s['cells_failed'] == 1
@@ -81,6 +86,11 @@ def test_summary_gain_correlation_and_parameter_scores():
     assert s['pinned_parameters'] == 2 and s['pinned_within_10pct'] == pytest.approx(1.0)
     assert s['com_offsets_identified'] == '1/2' and s['com_offset_abs_error_mm'] == [1.2]
     assert s['com_offset_coverage'] == pytest.approx(0.5)
+    # Held-out strike: per cell, pooled (RMS over cells), and what the true values give.
+    assert s['object_heldout_ratio'] == pytest.approx([0.2, 0.6])
+    assert s['object_heldout_pooled_ratio'] == pytest.approx(
+        np.sqrt((0.008 ** 2 + 0.006 ** 2) / (0.040 ** 2 + 0.010 ** 2)))
+    assert s['object_heldout_ratio_true_parameters'] == pytest.approx([0.15, 0.5])
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
@@ -102,6 +112,8 @@ TINY = {'demos': 12, 'self_imitation_rounds': 0, 'bc_epochs': 150,
         'ppo': {'iterations': 0}, 'eval_trials': 3}
 
 
+# A whole cell (reconstruct, 5 probe executions, identify, 3 policies): 120-200 s on 2 cores.
+@pytest.mark.timeout(600)
 def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     """Tiny budgets: this checks the plumbing and the scores' consistency, not the figures."""
     spec = draw_cells(1, seed=11)[0]
@@ -130,6 +142,10 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert np.hypot(com[0]['truth'], com[1]['truth']) == pytest.approx(np.hypot(cx, cy))
     assert all(r['abs_error'] == pytest.approx(abs(r['estimate'] - r['truth'])) for r in com)
     assert ident['arm_residual_after'] < ident['arm_residual_before']
+    # The held-out strike's floor: the twin with the box's true values, on the same strike.
+    assert 0 < ident['object_heldout_error_true_parameters'] < 0.05
+    assert saved['summary']['object_heldout_ratio_true_parameters'] == pytest.approx(
+        [ident['object_heldout_error_true_parameters'] / ident['object_heldout_error_before']])
     # Three policies, each scored on the cell and in twins over the same trials.
     for name in POLICIES:
         p = c['policies'][name]

@@ -107,7 +107,11 @@ def test_friction_and_mass_within_10_percent_with_honest_intervals(case):
     # prior 0.5), and the arm's joints during the pushes better than the priors.
     assert fit.heldout_error_after < max(0.015, fit.heldout_error_before)
     assert fit.heldout_joint_after < fit.heldout_joint_before
-    assert case.probes == 3 and fit.wall_time < 60
+    # Three strike probes, unless the boxes' slides (contact outcomes differ in their last bits
+    # between CPUs) left no safe strike for the third: the planner then says so and stops.
+    assert case.probes == 3 or (case.probes == 2 and 'no object can be struck safely' in
+                                case.skipped[-1].get('*', '')), case.skipped
+    assert fit.wall_time < 60
 
 
 def test_an_object_no_strike_reached_is_reported_unidentified(case):
@@ -251,3 +255,24 @@ def test_centre_of_mass_offsets_of_boxes_only(case):
                                                                                   0.015)
     if 'cylinder_0' in fit.per_object:
         assert 'not tracked' in fit.per_object['cylinder_0']['com_offsets']
+
+
+def test_heldout_floor_of_the_true_values_and_of_the_start_pose(case):
+    """The evaluator's floor figures: the held-out strike scored with given values (given the
+    priors, it is the "before" score), and the rest spread the tracker's start-pose
+    uncertainty alone gives (none without it: the twin is deterministic)."""
+    from real2sim2real_ros.core.sysid.object_fit import rest_spread
+    fit = case.object_fit
+    assert np.isfinite(fit.heldout_error_reference) and fit.heldout_error_reference < 0.05
+    specs = object_specs(case.twin)
+    own = identify_objects(case.twin, specs, case.recordings[:-1],
+                           heldout=case.recordings[-1:],
+                           reference={s.name: s.prior for s in specs})
+    assert own.heldout_error_reference == pytest.approx(own.heldout_error_before, rel=1e-6)
+    truth = {s.name: case.truth[s.name] for s in specs}
+    still = rest_spread(case.twin, case.recordings[-1], truth, position_sigma=0.0,
+                        yaw_sigma=0.0, samples=2)
+    assert still == 0.0
+    spread = rest_spread(case.twin, case.recordings[-1], truth, position_sigma=0.0011,
+                         yaw_sigma=np.radians(0.45), samples=4)
+    assert 1e-4 < spread < 0.03

@@ -33,6 +33,7 @@ from ..core.sysid.object_fit import (
     final_object_fits,
     identify_objects,
     quat_yaw,
+    rest_spread,
     strike_objects,
     table_region,
 )
@@ -267,6 +268,7 @@ class CaseResult:
     recordings: list = field(default_factory=list)
     twin: object = None
     validation: object = None      # the fit without the last strike probe, scored on it
+    heldout_spread: float = float('nan')   # m, rest_spread of the held-out probe (truth)
 
 
 def arm_twin(robot, spec, scene: str | None, arm_values: dict | None = None) -> Twin:
@@ -370,13 +372,21 @@ def run_object_identification(robot, spec, *, arm: str = 'identify', strike_prob
                         e.lower_95 if e.identified else s.lower, e.value,
                         e.upper_95 if e.identified else s.upper)
     t0 = time.perf_counter()
+    true_objects = {s.name: truth[s.name] for s in specs}   # the scene is in the cell's frame
     fit, validation = final_object_fits(twin, specs, strike_recs, options=options,
-                                        nthread=nthread, arm_priors=prior_arm)
+                                        nthread=nthread, arm_priors=prior_arm,
+                                        reference=true_objects)
     wall['object_final_fit_s'] = time.perf_counter() - t0
     wall['strike_execute_s'] = t_exec
     wall['object_intermediate_fits_s'] = t_fit
+    # The held-out floor set by contact sensitivity: the start pose is the mean of the last 5
+    # tracked frames before a push.
+    spread = rest_spread(twin, strike_recs[-1], {**fit.parameters.values(), **true_objects},
+                         position_sigma=tracker.position_noise / np.sqrt(5),
+                         yaw_sigma=tracker.yaw_noise / np.sqrt(5), options=options) \
+        if len(strike_recs) > 1 else float('nan')
     return CaseResult(spec, truth, arm_fit, fit, probes, wall, skipped, strike_recs, twin,
-                      validation)
+                      validation, spread)
 
 
 def summarize(case: CaseResult) -> list[dict]:
@@ -408,7 +418,9 @@ def main(cells: int = 6, seed0: int = 300, arm: str = 'identify') -> dict:
         print(f'  {case.probes} probes, {case.wall["total_s"]:.1f} s '
               f'({", ".join(f"{k} {v:.1f}" for k, v in case.wall.items() if k != "total_s")});'
               f' held-out rest error {1e3 * f.heldout_error_before:.1f} -> '
-              f'{1e3 * f.heldout_error_after:.1f} mm (along the path '
+              f'{1e3 * f.heldout_error_after:.1f} mm (true parameters '
+              f'{1e3 * f.heldout_error_reference:.1f}, start-pose spread '
+              f'{1e3 * case.heldout_spread:.1f}; along the path '
               f'{1e3 * f.heldout_along_before:.1f} -> {1e3 * f.heldout_along_after:.1f}), '
               f'joints {1e3 * f.heldout_joint_before:.3f} -> {1e3 * f.heldout_joint_after:.3f}'
               f' mrad; arm worst {_arm_worst(case):.1%}; dropped {f.dropped or "none"}; '
@@ -457,6 +469,15 @@ def main(cells: int = 6, seed0: int = 300, arm: str = 'identify') -> dict:
                                                        for c in cases]) /
                                               np.mean([c.object_fit.heldout_error_before ** 2
                                                        for c in cases]))),
+        # The floor: the twin with the objects' true values on the same held-out strike, and
+        # how far the tracker's start-pose uncertainty alone moves the twin's rest position.
+        'heldout_after_mm': [1e3 * c.object_fit.heldout_error_after for c in cases],
+        'heldout_true_parameters_mm': [1e3 * c.object_fit.heldout_error_reference
+                                       for c in cases],
+        'heldout_start_pose_spread_mm': [1e3 * c.heldout_spread for c in cases],
+        # The best after/before a perfect identification gives on each cell.
+        'heldout_ratio_true_parameters': [c.object_fit.heldout_error_reference /
+                                          c.object_fit.heldout_error_before for c in cases],
         'heldout_along_ratio': [c.object_fit.heldout_along_after /
                                 c.object_fit.heldout_along_before for c in cases],
         'heldout_joint_ratio': [c.object_fit.heldout_joint_after /

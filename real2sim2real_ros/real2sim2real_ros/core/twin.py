@@ -309,6 +309,23 @@ class Twin:
         self.latency = extra['command_latency']
         self.gravity_compensation = extra['gravity_compensation']
 
+    def snapshot(self) -> dict:
+        """What set_parameters may change (model arrays and the latency / gravity
+        compensation), for :meth:`restore`: a set-and-restore through set_parameters leaves
+        rounding residue (a mass scales the inertia and constants by old / new), and
+        contact-rich rollouts amplify any difference."""
+        saved = {f: getattr(self.model, f).copy() for f in _WRITTEN_FIELDS}
+        saved['latency'], saved['gravity_compensation'] = self.latency, \
+            self.gravity_compensation
+        return saved
+
+    def restore(self, saved: dict) -> None:
+        """Back to a :meth:`snapshot`, bit for bit."""
+        for f in _WRITTEN_FIELDS:
+            getattr(self.model, f)[...] = saved[f]
+        self.latency, self.gravity_compensation = saved['latency'], \
+            saved['gravity_compensation']
+
     def _variant(self, values: dict[str, float]) -> tuple[mujoco.MjModel, dict]:
         """A copy of the model with ``values`` applied (for batched rollouts)."""
         model = copy.copy(self.model)
@@ -573,6 +590,15 @@ def _compile_with_general_free_bodies(world: mujoco.MjSpec):
         _move_com(model, b, ipos0[b])
     return model, ipos0
 
+
+# Every MjModel array _write changes, directly or through _move_com (collision bounding
+# boxes, fast-path flags) and _rescale_free_body_constants: what snapshot() saves. A field
+# missing here was the push_to_pose bug of stop 11 (randomised offsets' boxes drifted).
+_WRITTEN_FIELDS = ('body_mass', 'body_inertia', 'body_ipos', 'body_invweight0',
+                   'body_subtreemass', 'body_gravcomp', 'dof_invweight0', 'dof_M0',
+                   'dof_damping', 'dof_frictionloss', 'dof_armature', 'geom_friction',
+                   'actuator_gainprm', 'actuator_biasprm', 'bvh_aabb', 'body_sameframe',
+                   'body_simple', 'dof_simplenum')
 
 _COUPLING_EPS = 1e-4   # m: enough for the compiler to keep the coupling entries of M
 

@@ -62,20 +62,6 @@ class HarnessConfig:
         return TrainConfig(**{**kw, 'seed': seed})
 
 
-def _offsets_in_twin_frame(spec, object_id: str, found_id: str,
-                           frame_yaw: float | None) -> dict:
-    """The cell object's true lateral centre of mass offsets in the twin object's frame (the
-    reconstruction may turn the box's axes by a multiple of 90 degrees), named as the twin's."""
-    obj = next((o for o in spec.objects if o.id == object_id), None)
-    if obj is None or frame_yaw is None:
-        return {}
-    d = obj.yaw - frame_yaw
-    c, s = np.cos(d), np.sin(d)
-    x, y = obj.com_offset[0], obj.com_offset[1]
-    return {f'body/object/{found_id}/com_offset_x': float(c * x - s * y),
-            f'body/object/{found_id}/com_offset_y': float(s * x + c * y)}
-
-
 def _twin_name(cell_name: str, object_map: dict) -> str:
     """Cell truth name ('geom/box_0/friction') -> twin name ('geom/object/<found>/friction')."""
     kind, el, fld = cell_name.split('/', 2) if cell_name.count('/') >= 2 else (None,) * 3
@@ -164,12 +150,13 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     t = time.perf_counter()
     say(spec.name, 'identify')
     from .identification import identify_cell
+    from .object_identification import offsets_in_twin_frame
     ident = identify_cell(world, robot, cfg, found, table_h, out_dir / 'identification',
                           list(recon['_found'].values()), recon['mjcf_path'])
     seconds['identify'] = time.perf_counter() - t
     ps = ident['parameters']
     param_rows = []
-    offsets_truth = _offsets_in_twin_frame(spec, cfg.object_id, found.id,
+    offsets_truth = offsets_in_twin_frame(spec, cfg.object_id, found.id,
                                            ident.get('object_frame_yaw'))
     for est in ps:
         cell_name = next((c for c in truth if _twin_name(c, object_map) == est.name), None)
@@ -287,6 +274,19 @@ def summarize(cells: list[dict]) -> dict:
         if pinned:
             out['pinned_within_10pct'] = float(np.mean([r['relative_error'] <= 0.10
                                                         for r in pinned]))
+    held = [c['identification'] for c in ok
+            if c['identification'].get('object_heldout_error_before')]
+    if held:
+        # Per cell after/before, pooled (RMS after / RMS before), and the after/before the
+        # objects' true values give on the same held-out strike (a perfect identification).
+        out['object_heldout_ratio'] = [h['object_heldout_error_after'] /
+                                       h['object_heldout_error_before'] for h in held]
+        out['object_heldout_pooled_ratio'] = float(np.sqrt(
+            np.mean([h['object_heldout_error_after'] ** 2 for h in held]) /
+            np.mean([h['object_heldout_error_before'] ** 2 for h in held])))
+        out['object_heldout_ratio_true_parameters'] = [
+            h.get('object_heldout_error_true_parameters', float('nan')) /
+            h['object_heldout_error_before'] for h in held]
     return out
 
 

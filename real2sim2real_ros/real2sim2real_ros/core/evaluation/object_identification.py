@@ -23,6 +23,20 @@ MASS_BOUNDS = (0.02, 2.0)             # kg
 COM_BOUNDS = (-0.015, 0.015)          # m, lateral centre of mass offsets in the object's frame
 
 
+def offsets_in_twin_frame(spec, object_id: str, found_id: str,
+                          frame_yaw: float | None) -> dict:
+    """The cell object's true lateral centre of mass offsets in the twin object's frame (the
+    reconstruction may turn the box's axes by a multiple of 90 degrees), named as the twin's."""
+    obj = next((o for o in spec.objects if o.id == object_id), None)
+    if obj is None or frame_yaw is None:
+        return {}
+    d = obj.yaw - frame_yaw
+    c, s = np.cos(d), np.sin(d)
+    x, y = obj.com_offset[0], obj.com_offset[1]
+    return {f'body/object/{found_id}/com_offset_x': float(c * x - s * y),
+            f'body/object/{found_id}/com_offset_y': float(s * x + c * y)}
+
+
 class DepthTracker:
     """What the object_tracker node does, on an EmulatedWorld's camera renders."""
 
@@ -169,12 +183,19 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
             e = fit.parameters[specs[0].name]
             friction[found.id] = (e.lower_95 if e.identified else FRICTION_PRIOR[1], e.value,
                                   e.upper_95 if e.identified else FRICTION_PRIOR[2])
-    fit, _ = final_object_fits(twin, specs, strike_recs, nthread=1, arm_priors=arm_priors)
+    # The objects' true values in the twin's names and frame: the held-out floor.
+    truth = world.spec.hidden_truth()
+    reference = {specs[0].name: truth[f'geom/{cfg.object_id}/friction'],
+                 specs[1].name: truth[f'body/{cfg.object_id}/mass'],
+                 **offsets_in_twin_frame(world.spec, cfg.object_id, found.id, frame_yaw)}
+    fit, _ = final_object_fits(twin, specs, strike_recs, nthread=1, arm_priors=arm_priors,
+                               reference=reference)
     return {'parameters': [fit.parameters[s.name] for s in specs],
             'object_frame_yaw': frame_yaw,
             'strikes': len(strike_recs),
             'object_heldout_error_before': fit.heldout_error_before,
             'object_heldout_error_after': fit.heldout_error_after,
+            'object_heldout_error_true_parameters': fit.heldout_error_reference,
             'object_heldout_along_before': fit.heldout_along_before,
             'object_heldout_along_after': fit.heldout_along_after,
             'arm_heldout_joint_error_before': getattr(fit, 'heldout_joint_before', None),

@@ -104,32 +104,6 @@ class Episode:
         return len(self.observations)
 
 
-# What Twin.set_parameters may change in the model: restored bit for bit after every episode,
-# so an episode's outcome depends on its job alone (not on which worker ran which episodes
-# before it: a set-and-restore of a mass leaves rounding residue, and contact-rich pushing
-# amplifies any difference).
-# A centre of mass offset also moves the body's collision bounding boxes and takes it off
-# MuJoCo's fast paths (core/twin.py _move_com): left shifted, the boxes of a randomised
-# offset piled up episode after episode and the twin missed contacts.
-_MODEL_FIELDS = ('body_mass', 'body_inertia', 'body_ipos', 'body_invweight0',
-                 'body_subtreemass', 'body_gravcomp', 'dof_invweight0', 'dof_M0', 'dof_damping',
-                 'dof_frictionloss', 'dof_armature', 'geom_friction', 'actuator_gainprm',
-                 'actuator_biasprm', 'bvh_aabb', 'body_sameframe', 'body_simple',
-                 'dof_simplenum')
-
-
-def _pristine(twin) -> dict:
-    saved = {f: getattr(twin.model, f).copy() for f in _MODEL_FIELDS}
-    saved['latency'], saved['gravity_compensation'] = twin.latency, twin.gravity_compensation
-    return saved
-
-
-def _restore(twin, saved: dict) -> None:
-    for f in _MODEL_FIELDS:
-        getattr(twin.model, f)[...] = saved[f]
-    twin.latency, twin.gravity_compensation = saved['latency'], saved['gravity_compensation']
-
-
 def _run_job(ctx: dict, job: EpisodeJob, snap: PolicySnapshot | None) -> Episode:
     task, twin, world = ctx['task'], ctx['twin'], ctx['world']
     rng = np.random.default_rng(job.seed)
@@ -155,7 +129,7 @@ def _run_job(ctx: dict, job: EpisodeJob, snap: PolicySnapshot | None) -> Episode
             twin.set_parameters(job.params)
         res = task.run_episode(world, job.reset, policy)
     finally:
-        _restore(twin, ctx['pristine'])
+        twin.restore(ctx['pristine'])
     n = len(res.observations)
     labels = None
     if job.label:
@@ -184,7 +158,7 @@ class EpisodeRunner:
 
     def __init__(self, task, twin, workers: int = 2, chunk: int = 4):
         self.key = next(_IDS)
-        _CONTEXTS[self.key] = {'task': task, 'twin': twin, 'pristine': _pristine(twin),
+        _CONTEXTS[self.key] = {'task': task, 'twin': twin, 'pristine': twin.snapshot(),
                                'world': TwinWorld(twin, task.object_id)}
         self.task, self.chunk = task, max(1, int(chunk))
         self.worker_cpu_seconds = 0.0
