@@ -46,6 +46,8 @@ from real2sim2real_msgs.srv import (
 from . import qos
 from .ros_time import duration_msg
 
+DISCOVERY_SETTLE_S = 0.5   # s after a new client first sees its server (Commander._settle)
+
 # What a complete graph offers, per node: (services, actions). Relative to the namespace.
 GRAPH = {
     'emulated_cell': (['emulated_cell/reset_objects'], []),
@@ -108,6 +110,7 @@ class Commander:
         self._spin_thread.start()
         self._expected = expected or GRAPH
         self._clients: dict[tuple, object] = {}
+        self._fresh: set[tuple] = set()
         self._goal_handle = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -165,7 +168,17 @@ class Commander:
             make = self.node.create_client if kind == 'srv' else (
                 lambda t, n: ActionClient(self.node, t, n))
             self._clients[key] = make(srv_type, self.name(relative))
+            self._fresh.add(key)
         return self._clients[key]
+
+    def _settle(self, kind, relative) -> None:
+        """Once per new client, after the server shows up in the graph: the graph can list
+        the server before DDS has matched this client's request writer to it, and a request
+        sent in between is dropped without a word (a reconstruct goal on a loaded 2-core
+        machine got no answer in 15 s, and the node never saw it)."""
+        if (kind, relative) in self._fresh:
+            self._fresh.discard((kind, relative))
+            time.sleep(DISCOVERY_SETTLE_S)
 
     def _wait(self, future, timeout: float, what: str):
         done = threading.Event()
@@ -178,6 +191,7 @@ class Commander:
         client = self._client('srv', srv_type, relative)
         if not client.wait_for_service(timeout_sec=timeout):
             raise CommanderError(f'service {self.name(relative)} is not available')
+        self._settle('srv', relative)
         return self._wait(client.call_async(request or srv_type.Request()), timeout,
                           self.name(relative))
 
@@ -191,6 +205,7 @@ class Commander:
         client = self._client('action', action_type, relative)
         if not client.wait_for_server(timeout_sec=min(timeout, 15.0)):
             raise CommanderError(f'action {self.name(relative)} is not available')
+        self._settle('action', relative)
         handle = self._wait(
             client.send_goal_async(goal, feedback_callback=(
                 (lambda m: feedback(m.feedback)) if feedback else None)),
