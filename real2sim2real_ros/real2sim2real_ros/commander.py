@@ -17,8 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import rclpy
-from rclpy.action import ActionClient
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.executors import (
+    ExternalShutdownException,
+    ShutdownException,
+    SingleThreadedExecutor,
+)
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool, Trigger
@@ -44,9 +47,8 @@ from real2sim2real_msgs.srv import (
 )
 
 from . import qos
+from .goal_client import GoalClient
 from .ros_time import duration_msg
-
-DISCOVERY_SETTLE_S = 0.5   # s after a new client first sees its server (Commander._settle)
 
 # What a complete graph offers, per node: (services, actions). Relative to the namespace.
 GRAPH = {
@@ -106,25 +108,33 @@ class Commander:
         self.node = Node(node_name, context=self._ctx)
         self._executor = SingleThreadedExecutor(context=self._ctx)
         self._executor.add_node(self.node)
+        self._closing = threading.Event()
         self._spin_thread = threading.Thread(target=self._spin, daemon=True)
         self._spin_thread.start()
         self._expected = expected or GRAPH
         self._clients: dict[tuple, object] = {}
-        self._fresh: set[tuple] = set()
         self._goal_handle = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _spin(self):
-        try:
-            self._executor.spin()
-        except Exception:  # noqa: BLE001 - the context was shut down under the executor
-            pass
+        # spin() would end on the first exception a callback raises, and every later answer
+        # would then time out with no trace; log it and keep spinning instead.
+        while not self._closing.is_set():
+            try:
+                self._executor.spin_once(timeout_sec=0.1)
+            except (ShutdownException, ExternalShutdownException):
+                return
+            except Exception as exc:  # noqa: BLE001 - see above
+                if self._closing.is_set() or not self._ctx.ok():
+                    return
+                self.node.get_logger().error(f'a callback failed: {exc!r}')
 
     def close(self):
+        self._closing.set()
+        self._spin_thread.join(timeout=2.0)   # spin_once returns within 0.1 s
         self._executor.shutdown(timeout_sec=1.0)
         self.node.destroy_node()
         rclpy.try_shutdown(context=self._ctx)
-        self._spin_thread.join(timeout=2.0)
 
     def __enter__(self):
         return self
@@ -166,19 +176,9 @@ class Commander:
         key = (kind, relative)
         if key not in self._clients:
             make = self.node.create_client if kind == 'srv' else (
-                lambda t, n: ActionClient(self.node, t, n))
+                lambda t, n: GoalClient(self.node, t, n))
             self._clients[key] = make(srv_type, self.name(relative))
-            self._fresh.add(key)
         return self._clients[key]
-
-    def _settle(self, kind, relative) -> None:
-        """Once per new client, after the server shows up in the graph: the graph can list
-        the server before DDS has matched this client's request writer to it, and a request
-        sent in between is dropped without a word (a reconstruct goal on a loaded 2-core
-        machine got no answer in 15 s, and the node never saw it)."""
-        if (kind, relative) in self._fresh:
-            self._fresh.discard((kind, relative))
-            time.sleep(DISCOVERY_SETTLE_S)
 
     def _wait(self, future, timeout: float, what: str):
         done = threading.Event()
@@ -191,7 +191,6 @@ class Commander:
         client = self._client('srv', srv_type, relative)
         if not client.wait_for_service(timeout_sec=timeout):
             raise CommanderError(f'service {self.name(relative)} is not available')
-        self._settle('srv', relative)
         return self._wait(client.call_async(request or srv_type.Request()), timeout,
                           self.name(relative))
 
@@ -205,7 +204,6 @@ class Commander:
         client = self._client('action', action_type, relative)
         if not client.wait_for_server(timeout_sec=min(timeout, 15.0)):
             raise CommanderError(f'action {self.name(relative)} is not available')
-        self._settle('action', relative)
         handle = self._wait(
             client.send_goal_async(goal, feedback_callback=(
                 (lambda m: feedback(m.feedback)) if feedback else None)),

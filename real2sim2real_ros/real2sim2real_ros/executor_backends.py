@@ -23,10 +23,10 @@ import threading
 
 import numpy as np
 from builtin_interfaces.msg import Duration
-from rclpy.action import ActionClient
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from .core.execution_safety import INVALID_TRAJECTORY, Trajectory, TrajectoryViolation
+from .goal_client import GoalClient
 from .qos import COMMAND
 from .ros_main import ConfigurationError
 
@@ -165,7 +165,7 @@ class _ActionBackend(ExecutionBackend):
 
     def __init__(self, node, controller_name, callback_group=None):
         super().__init__(node, controller_name, callback_group)
-        self._client = ActionClient(node, self.action_type, self._action_name(),
+        self._client = GoalClient(node, self.action_type, self._action_name(),
                                     callback_group=callback_group)
         self.record_topic = self._resolved_action_name() + '/trajectory'
         self._generation = 0      # goals older than the newest are expected to be preempted

@@ -10,6 +10,7 @@ from rclpy.qos import (
     HistoryPolicy,
     QoSProfile,
     ReliabilityPolicy,
+    qos_profile_action_status_default,
     qos_profile_sensor_data,
 )
 
@@ -55,6 +56,10 @@ LATCHED = QoSProfile(
 CLOCK = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1,
     reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE)
+
+# An action's goal status array, as its server offers it (reliable, transient local, keep last
+# 1): goal_client.GoalClient reads the goals a server has accepted from it.
+ACTION_STATUS = qos_profile_action_status_default
 
 PROFILES = {
     'sensor_data': SENSOR_DATA,

@@ -86,3 +86,71 @@ def emulated_bringup(share_dir, tmp_path_factory):
 
 
 from real2sim2real_ros.topic_listener import TopicListener  # noqa: E402,F401 - re-export for tests
+
+
+@pytest.fixture
+def capture_server():
+    """An in-process action server of the Capture type on ``/capture`` (feedback per view, then
+    success; rejects num_views 0) and a client node, in one private context. Yields
+    (client_node, Capture)."""
+    import threading
+    import time
+
+    import rclpy
+    from rclpy.action import ActionServer, GoalResponse
+    from rclpy.callback_groups import ReentrantCallbackGroup
+    from rclpy.executors import MultiThreadedExecutor
+
+    from real2sim2real_msgs.action import Capture
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    server_node = rclpy.create_node('goal_client_server', context=ctx)
+    client_node = rclpy.create_node('goal_client_client', context=ctx)
+
+    def execute(handle):
+        for i in range(handle.request.num_views):
+            handle.publish_feedback(Capture.Feedback(views_done=i + 1,
+                                                     views_total=handle.request.num_views))
+            time.sleep(0.05)
+        handle.succeed()
+        return Capture.Result(error_msg=f'captured {handle.request.num_views}')
+
+    server = ActionServer(
+        server_node, Capture, 'capture', execute_callback=execute,
+        goal_callback=lambda req: (GoalResponse.ACCEPT if req.num_views else
+                                   GoalResponse.REJECT),
+        callback_group=ReentrantCallbackGroup())
+    executor = MultiThreadedExecutor(num_threads=4, context=ctx)
+    executor.add_node(server_node)
+    executor.add_node(client_node)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    try:
+        yield client_node, Capture
+    finally:
+        server.destroy()
+        executor.shutdown(timeout_sec=2.0)
+        rclpy.try_shutdown(context=ctx)
+        spin.join(timeout=2.0)
+
+
+@pytest.fixture
+def lost_goal_responses(monkeypatch):
+    """The goal request reaches the server, but the future the caller gets never finishes:
+    what the pinned rclpy's send_goal_async does when the response wins its race."""
+    from rclpy.action import ActionClient
+    from rclpy.task import Future
+    original = ActionClient.send_goal_async
+
+    def send_and_lose(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        return Future()
+    monkeypatch.setattr(ActionClient, 'send_goal_async', send_and_lose)
+
+
+def wait_future(future, timeout: float) -> bool:
+    """True once an rclpy future finishes, False after ``timeout`` seconds."""
+    import threading
+    done = threading.Event()
+    future.add_done_callback(lambda _f: done.set())
+    return done.wait(timeout)

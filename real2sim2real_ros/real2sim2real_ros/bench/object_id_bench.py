@@ -381,7 +381,7 @@ def run_object_identification(robot, spec, *, arm: str = 'identify', strike_prob
     wall['object_intermediate_fits_s'] = t_fit
     # The held-out floor set by contact sensitivity: the start pose is the mean of the last 5
     # tracked frames before a push.
-    spread = rest_spread(twin, strike_recs[-1], {**fit.parameters.values(), **true_objects},
+    spread = rest_spread(twin, strike_recs[-1], true_objects,
                          position_sigma=tracker.position_noise / np.sqrt(5),
                          yaw_sigma=tracker.yaw_noise / np.sqrt(5), options=options) \
         if len(strike_recs) > 1 else float('nan')

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 from geometry_msgs.msg import Point, Pose, Quaternion, Vector3
-from rclpy.action import ActionClient, ActionServer, CancelResponse, GoalResponse
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -78,6 +78,7 @@ from real2sim2real_msgs.srv import ResetObjects
 
 from .. import qos
 from ..core import loop_plan as lp
+from ..goal_client import GoalClient
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
 from ..subscriptions import subscribed
@@ -177,13 +178,13 @@ class LoopCoordinatorNode(Node):
         self._clients_cb = ReentrantCallbackGroup()
         cb = self._clients_cb
         p = self._p
-        self._capture = ActionClient(self, Capture, p('capture_action'), callback_group=cb)
-        self._reconstruct = ActionClient(self, Reconstruct, p('reconstruct_action'),
+        self._capture = GoalClient(self, Capture, p('capture_action'), callback_group=cb)
+        self._reconstruct = GoalClient(self, Reconstruct, p('reconstruct_action'),
                                          callback_group=cb)
-        self._identify = ActionClient(self, Identify, p('identify_action'), callback_group=cb)
-        self._train = ActionClient(self, Train, p('train_action'), callback_group=cb)
-        self._evaluate = ActionClient(self, Evaluate, p('evaluate_action'), callback_group=cb)
-        self._execute_policy = ActionClient(self, ExecutePolicy, p('execute_policy_action'),
+        self._identify = GoalClient(self, Identify, p('identify_action'), callback_group=cb)
+        self._train = GoalClient(self, Train, p('train_action'), callback_group=cb)
+        self._evaluate = GoalClient(self, Evaluate, p('evaluate_action'), callback_group=cb)
+        self._execute_policy = GoalClient(self, ExecutePolicy, p('execute_policy_action'),
                                             callback_group=cb)
         self._names = {id(c): self.resolve_topic_name(p(n)) for c, n in (
             (self._capture, 'capture_action'), (self._reconstruct, 'reconstruct_action'),

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import rclpy
-from rclpy.action import ActionClient, ActionServer, CancelResponse, GoalResponse
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -59,6 +59,7 @@ from ..core.parameters import InvalidBoundsError, ParameterError, UnknownParamet
 from ..core.sysid.bags import BagRecordingError, MissingTopicsError
 from ..core.sysid.fit import NotConvergedError
 from ..core.twin import UnstableTwinError
+from ..goal_client import GoalClient
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
 from ..ros_time import duration_msg
@@ -138,7 +139,7 @@ class SystemIdentificationNode(Node):
         # The reconstructed scene (latched; one message per reconstruction).
         self.create_subscription(Scene, 'scene', self._on_scene, qos.LATCHED,
                                  callback_group=MutuallyExclusiveCallbackGroup())
-        self._executor_client = ActionClient(self, ExecuteTrajectory, self.p_executor_action,
+        self._executor_client = GoalClient(self, ExecuteTrajectory, self.p_executor_action,
                                              callback_group=cb)
         self._sim_client = self.create_client(
             SetPhysicalParameters, f'{self.p_sim_server}/set_physical_parameters',

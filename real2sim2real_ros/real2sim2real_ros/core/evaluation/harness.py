@@ -157,7 +157,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     ps = ident['parameters']
     param_rows = []
     offsets_truth = offsets_in_twin_frame(spec, cfg.object_id, found.id,
-                                           ident.get('object_frame_yaw'))
+                                          ident.get('object_frame_yaw'))
     for est in ps:
         cell_name = next((c for c in truth if _twin_name(c, object_map) == est.name), None)
         tv = truth.get(cell_name) if cell_name else None

@@ -50,7 +50,7 @@ before/after, along the path too, and the joints during the pushes).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import mujoco
 import numpy as np
@@ -815,18 +815,14 @@ def rest_spread(twin: Twin, recording: StrikeRecording, values: dict, *,
     rng = np.random.default_rng(seed)
     d = []
     for seg in _segments(recording, options, {o: 0.2 for o in twin.object_ids}, {}):
-        base = seg.poses0
-        p, q = base[seg.object_id]
+        p, q = seg.poses0[seg.object_id]
         rests = []
-        try:
-            for k in range(samples + 1):
-                yaw = quat_yaw(q) + (yaw_sigma * rng.standard_normal() if k else 0.0)
-                dp = np.r_[position_sigma * rng.standard_normal(2), 0.0] if k else np.zeros(3)
-                seg.poses0 = {**base, seg.object_id: (p + dp, yaw_quat(yaw))}
-                xyz, _ = _simulate(twin, seg, [values], 1)
-                rests.append(xyz[0, seg.rest, :2].mean(axis=0))
-        finally:
-            seg.poses0 = base
+        for k in range(samples + 1):
+            yaw = quat_yaw(q) + (yaw_sigma * rng.standard_normal() if k else 0.0)
+            dp = np.r_[position_sigma * rng.standard_normal(2), 0.0] if k else np.zeros(3)
+            drawn = replace(seg, poses0={**seg.poses0, seg.object_id: (p + dp, yaw_quat(yaw))})
+            xyz, _ = _simulate(twin, drawn, [values], 1)
+            rests.append(xyz[0, seg.rest, :2].mean(axis=0))
         rests = np.asarray(rests)
         d += list(np.linalg.norm(rests[1:] - rests[0], axis=1))
     return float(np.median(d)) if d else float('nan')

@@ -1,0 +1,47 @@
+"""The Commander over DDS against an in-process action server: a goal whose response is lost
+still runs to its result, and a callback that raises does not stop the commander's answers."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = pytest.mark.integration
+pytest.importorskip('rclpy')
+
+
+def test_run_action_gets_the_result_when_the_goal_response_is_lost(
+        capture_server, lost_goal_responses):
+    from real2sim2real_ros.commander import Commander
+    _, Capture = capture_server
+    feedback = []
+    with Commander(node_name='lost_response_commander', expected={}) as cmd:
+        t0 = time.monotonic()
+        result = cmd.run_action(Capture, 'capture', Capture.Goal(num_views=2),
+                                feedback=feedback.append, timeout=20.0)
+        took = time.monotonic() - t0
+    assert result.error_msg == 'captured 2'
+    assert [f.views_done for f in feedback] == [1, 2]
+    assert took < 10.0, f'{took:.1f} s'
+
+
+def test_a_raising_callback_does_not_stop_the_commander(capture_server):
+    from std_msgs.msg import String
+
+    from real2sim2real_ros.commander import Commander
+    node, Capture = capture_server
+    raised = []
+
+    def boom(msg):
+        raised.append(msg.data)
+        raise ValueError('a callback bug')
+    pub = node.create_publisher(String, 'boom', 10)
+    with Commander(node_name='raising_commander', expected={}) as cmd:
+        cmd.node.create_subscription(String, 'boom', boom, 10)
+        deadline = time.monotonic() + 10.0
+        while not raised and time.monotonic() < deadline:
+            pub.publish(String(data='x'))
+            time.sleep(0.1)
+        assert raised, 'the raising callback never ran'
+        result = cmd.run_action(Capture, 'capture', Capture.Goal(num_views=1), timeout=20.0)
+    assert result.error_msg == 'captured 1'

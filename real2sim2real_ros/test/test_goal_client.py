@@ -1,0 +1,67 @@
+"""GoalClient over DDS: a goal whose response never reaches the client (rclpy#1123's race in
+the pinned rclpy, or a response lost before matching) still finishes, from the server's goal
+status topic; results, feedback and rejections work as with a plain ActionClient."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import wait_future
+
+pytestmark = pytest.mark.integration
+rclpy = pytest.importorskip('rclpy')
+
+
+def test_accepted_goal_gives_its_result_and_feedback(capture_server):
+    from real2sim2real_ros.goal_client import GoalClient
+    node, Capture = capture_server
+    client = GoalClient(node, Capture, 'capture')
+    assert client.wait_for_server(timeout_sec=10.0)
+    feedback = []
+    send = client.send_goal_async(Capture.Goal(num_views=3), feedback_callback=feedback.append)
+    assert wait_future(send, 10.0)
+    handle = send.result()
+    assert handle.accepted
+    result = handle.get_result_async()
+    assert wait_future(result, 10.0)
+    assert result.result().result.error_msg == 'captured 3'
+    assert [f.feedback.views_done for f in feedback] == [1, 2, 3]
+    assert client.recovered == 0
+
+
+def test_lost_goal_response_is_recovered_from_the_status_topic(capture_server, lost_goal_responses):
+    from rclpy.action import ActionClient
+
+    from real2sim2real_ros.goal_client import GoalClient
+    node, Capture = capture_server
+
+    # The failure being guarded against: a plain client's future never finishes.
+    plain = ActionClient(node, Capture, 'capture')
+    assert plain.wait_for_server(timeout_sec=10.0)
+    assert not wait_future(plain.send_goal_async(Capture.Goal(num_views=1)), 2.0)
+
+    client = GoalClient(node, Capture, 'capture')
+    assert client.wait_for_server(timeout_sec=10.0)
+    feedback = []
+    t0 = time.monotonic()
+    send = client.send_goal_async(Capture.Goal(num_views=2), feedback_callback=feedback.append)
+    assert wait_future(send, 10.0)
+    took = time.monotonic() - t0
+    handle = send.result()
+    assert handle.accepted and client.recovered == 1
+    assert took < 5.0, f'recovery took {took:.1f} s'
+    result = handle.get_result_async()
+    assert wait_future(result, 10.0)
+    assert result.result().result.error_msg == 'captured 2'
+    assert [f.feedback.views_done for f in feedback] == [1, 2]
+
+
+def test_rejected_goal_stays_rejected(capture_server):
+    from real2sim2real_ros.goal_client import GoalClient
+    node, Capture = capture_server
+    client = GoalClient(node, Capture, 'capture')
+    assert client.wait_for_server(timeout_sec=10.0)
+    send = client.send_goal_async(Capture.Goal(num_views=0))
+    assert wait_future(send, 10.0)
+    assert not send.result().accepted
+    assert client.recovered == 0
