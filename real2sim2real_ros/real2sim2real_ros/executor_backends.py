@@ -166,7 +166,7 @@ class _ActionBackend(ExecutionBackend):
     def __init__(self, node, controller_name, callback_group=None):
         super().__init__(node, controller_name, callback_group)
         self._client = GoalClient(node, self.action_type, self._action_name(),
-                                    callback_group=callback_group)
+                                  callback_group=callback_group)
         self.record_topic = self._resolved_action_name() + '/trajectory'
         self._generation = 0      # goals older than the newest are expected to be preempted
 

@@ -45,7 +45,9 @@ class GoalClient(ActionClient):
         super().__init__(node, action_type, action_name, **kwargs)
         self._owner, self._name, self._type = node, action_name, action_type
         self._waiting: dict[bytes, tuple[Future, UUID]] = {}
-        self._seen: set[bytes] = set()   # goals listed by the status topic, timer started
+        # Goals the status topic listed, with the timer that finishes them from it. The
+        # normal path cancels its timer: no idle thread per goal at a command rate.
+        self._seen: dict[bytes, threading.Timer] = {}
         self._waiting_lock = threading.Lock()
         self.recovered = 0
         self._status_sub = node.create_subscription(
@@ -67,19 +69,21 @@ class GoalClient(ActionClient):
             key = bytes(status.goal_info.goal_id.uuid)
             if status.status not in ACCEPTED_STATES:
                 continue
-            with self._waiting_lock:
-                if key not in self._waiting or key in self._seen:
-                    continue
-                self._seen.add(key)
             timer = threading.Timer(RESPONSE_GRACE_S, self._finish, (key,),
                                     {'accepted_at': status.goal_info.stamp})
             timer.daemon = True
-            timer.start()
+            with self._waiting_lock:
+                if key not in self._waiting or key in self._seen:
+                    continue
+                self._seen[key] = timer
+            timer.start()   # a cancel() that beat start() still holds: run() sees it set
 
     def _finish(self, key: bytes, future: Future | None = None, accepted_at=None) -> None:
         with self._waiting_lock:
             entry = self._waiting.pop(key, None)
-            self._seen.discard(key)
+            timer = self._seen.pop(key, None)
+        if timer is not None:
+            timer.cancel()
         if entry is None:
             return  # the other path finished it first
         outer, goal_uuid = entry

@@ -3,6 +3,7 @@ the pinned rclpy, or a response lost before matching) still finishes, from the s
 status topic; results, feedback and rejections work as with a plain ActionClient."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -27,6 +28,23 @@ def test_accepted_goal_gives_its_result_and_feedback(capture_server):
     assert result.result().result.error_msg == 'captured 3'
     assert [f.feedback.views_done for f in feedback] == [1, 2, 3]
     assert client.recovered == 0
+
+
+def test_normal_goals_leave_no_timer_threads(capture_server):
+    """The status array often lists a goal before its response's future finishes; the timer
+    that would finish it from the status must go with the response, not idle for 1 s."""
+    from real2sim2real_ros.goal_client import RESPONSE_GRACE_S, GoalClient
+    node, Capture = capture_server
+    client = GoalClient(node, Capture, 'capture')
+    assert client.wait_for_server(timeout_sec=10.0)
+    for _ in range(10):
+        send = client.send_goal_async(Capture.Goal(num_views=1))
+        assert wait_future(send, 10.0) and send.result().accepted
+        assert wait_future(send.result().get_result_async(), 10.0)
+    time.sleep(0.1)   # a cancelled timer's thread ends as soon as it is scheduled
+    timers = [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
+    assert not timers, f'{len(timers)} timer threads still waiting ({RESPONSE_GRACE_S} s each)'
+    assert client.recovered == 0 and not client._seen
 
 
 def test_lost_goal_response_is_recovered_from_the_status_topic(capture_server, lost_goal_responses):

@@ -180,12 +180,12 @@ class LoopCoordinatorNode(Node):
         p = self._p
         self._capture = GoalClient(self, Capture, p('capture_action'), callback_group=cb)
         self._reconstruct = GoalClient(self, Reconstruct, p('reconstruct_action'),
-                                         callback_group=cb)
+                                       callback_group=cb)
         self._identify = GoalClient(self, Identify, p('identify_action'), callback_group=cb)
         self._train = GoalClient(self, Train, p('train_action'), callback_group=cb)
         self._evaluate = GoalClient(self, Evaluate, p('evaluate_action'), callback_group=cb)
         self._execute_policy = GoalClient(self, ExecutePolicy, p('execute_policy_action'),
-                                            callback_group=cb)
+                                          callback_group=cb)
         self._names = {id(c): self.resolve_topic_name(p(n)) for c, n in (
             (self._capture, 'capture_action'), (self._reconstruct, 'reconstruct_action'),
             (self._identify, 'identify_action'), (self._train, 'train_action'),

@@ -140,7 +140,7 @@ class SystemIdentificationNode(Node):
         self.create_subscription(Scene, 'scene', self._on_scene, qos.LATCHED,
                                  callback_group=MutuallyExclusiveCallbackGroup())
         self._executor_client = GoalClient(self, ExecuteTrajectory, self.p_executor_action,
-                                             callback_group=cb)
+                                           callback_group=cb)
         self._sim_client = self.create_client(
             SetPhysicalParameters, f'{self.p_sim_server}/set_physical_parameters',
             callback_group=cb)
