@@ -69,13 +69,13 @@ class GoalClient(ActionClient):
             key = bytes(status.goal_info.goal_id.uuid)
             if status.status not in ACCEPTED_STATES:
                 continue
-            timer = threading.Timer(RESPONSE_GRACE_S, self._finish, (key,),
-                                    {'accepted_at': status.goal_info.stamp})
-            timer.daemon = True
             with self._waiting_lock:
                 if key not in self._waiting or key in self._seen:
                     continue
-                self._seen[key] = timer
+                timer = self._seen[key] = threading.Timer(
+                    RESPONSE_GRACE_S, self._finish, (key,),
+                    {'accepted_at': status.goal_info.stamp})
+            timer.daemon = True
             timer.start()   # a cancel() that beat start() still holds: run() sees it set
 
     def _finish(self, key: bytes, future: Future | None = None, accepted_at=None) -> None:
