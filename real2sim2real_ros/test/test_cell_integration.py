@@ -288,3 +288,32 @@ def test_tip_outside_the_workspace_is_rejected_and_nothing_moves(graph, joints):
     assert result.error_code == R.WORKSPACE_VIOLATION, result.error_msg
     time.sleep(0.5)
     assert np.max(np.abs(_current(cmd) - q0)) < 0.005
+
+
+def test_node_reference_page_equals_the_live_graph(graph):
+    """docs/nodes.md is what `r2s2r describe` reads off this bringup: every topic, service and
+    action with its type, every parameter with its value, range and description. A node
+    interface or parameter changed without regenerating the page fails here."""
+    from pathlib import Path
+
+    from real2sim2real_ros.cli.describe_cli import _share, describe_graph, to_markdown
+    from real2sim2real_ros.commander import expected_graph
+    _, cmd, _ = graph
+    # The bringup's nodes (a listener a test left alive is not part of the page).
+    nodes = sorted([*expected_graph('emulated'), 'robot_executor_state_listener'])
+    page = Path(__file__).resolve().parents[2] / 'docs' / 'nodes.md'
+    want = page.read_text()
+    deadline = time.monotonic() + 30.0   # discovery of the last publishers can lag
+    while True:
+        got = to_markdown(describe_graph(cmd, nodes), _share())
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    if got != want:
+        import difflib
+        diff = ''.join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
+                                            'docs/nodes.md', 'live graph', n=1))
+        pytest.fail('docs/nodes.md differs from the live graph; regenerate it with '
+                    '`r2s2r describe --markdown docs/nodes.md` on the emulated bringup:\n'
+                    + diff[:4000])
+    assert got.count('\n## `/') >= 9

@@ -367,8 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='seconds an episode may take (default 60)')
     r = sub.add_parser('reset-objects', help='put the emulated cell\'s objects back')
     r.add_argument('ids', nargs='*', help='object ids (default: all)')
-    from real2sim2real_ros.cli import capture_cli, evaluate_cli, reconstruct_cli
+    from real2sim2real_ros.cli import capture_cli, describe_cli, evaluate_cli, reconstruct_cli
     capture_cli.add_parser(sub)
+    describe_cli.add_parser(sub)
     reconstruct_cli.add_parser(sub)
     evaluate_cli.add_parser(sub)
     from real2sim2real_ros.cli import loop_cli
@@ -400,7 +401,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv[:i + 1])
         return cmd_launch(args, argv[i + 1:])
     args = parser.parse_args(argv)
-    if args.verb in ('bag', 'capture', 'reconstruct', 'evaluate'):
+    if args.verb in ('bag', 'capture', 'reconstruct', 'evaluate', 'describe'):
         return args.func(args)
     try:
         return HANDLERS[args.verb](args, [])
