@@ -53,17 +53,24 @@ def _parameter_value(value):
 
 
 def _parameters(cmd, node_path: str, timeout: float) -> list[dict]:
-    from rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters
+    clients = {}
 
     def call(srv, suffix, request):
-        client = cmd.node.create_client(srv, f'{node_path}/{suffix}')
-        try:
-            if not client.wait_for_service(timeout_sec=timeout):
+        if suffix not in clients:
+            clients[suffix] = cmd.node.create_client(srv, f'{node_path}/{suffix}')
+            if not clients[suffix].wait_for_service(timeout_sec=timeout):
                 raise RuntimeError(f'{node_path}/{suffix} is not available')
-            return cmd._wait(client.call_async(request), timeout, f'{node_path}/{suffix}')
-        finally:
+        return cmd._wait(clients[suffix].call_async(request), timeout, f'{node_path}/{suffix}')
+
+    try:
+        return _read_parameters(call)
+    finally:
+        for client in clients.values():
             cmd.node.destroy_client(client)
 
+
+def _read_parameters(call) -> list[dict]:
+    from rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters
     names = sorted(n for n in call(ListParameters, 'list_parameters',
                                    ListParameters.Request()).result.names
                    if not n.startswith(STANDARD_PARAMETERS))
@@ -71,7 +78,10 @@ def _parameters(cmd, node_path: str, timeout: float) -> list[dict]:
         return []
     descs = call(DescribeParameters, 'describe_parameters',
                  DescribeParameters.Request(names=names)).descriptors
-    values = call(GetParameters, 'get_parameters', GetParameters.Request(names=names)).values
+    # rclpy answers a get for a set holding one declared-but-unset parameter (an empty list
+    # declared by type) with no values at all, so ask one name at a time.
+    values = [(call(GetParameters, 'get_parameters', GetParameters.Request(names=[name])).values
+               or [None])[0] for name in names]
     out = []
     for d, v in zip(descs, values):
         rng = ''
@@ -82,7 +92,7 @@ def _parameters(cmd, node_path: str, timeout: float) -> list[dict]:
             r = d.integer_range[0]
             rng = f'[{r.from_value}, {r.to_value}]'
         out.append({'name': d.name, 'type': _TYPE_NAMES.get(d.type, '?'),
-                    'value': _parameter_value(v), 'range': rng,
+                    'value': '(unset)' if v is None else _parameter_value(v), 'range': rng,
                     'constraints': d.additional_constraints, 'read_only': d.read_only,
                     'description': d.description})
     return out
@@ -126,6 +136,8 @@ def describe_graph(cmd, nodes=None, timeout: float = 10.0) -> dict[str, dict]:
 
 def _shown(value, share: str) -> str:
     def one(v):
+        if v == '(unset)':
+            return v
         if isinstance(v, str) and v.startswith('/'):
             return '<share>' + v[len(share):] if share and v.startswith(share) else '<path>'
         if isinstance(v, float):
@@ -188,13 +200,31 @@ def _share() -> str:
         return ''
 
 
+def _wait_for_nodes(cmd, nodes, timeout: float):
+    """Until the whole bringup (no names) or the named nodes are in the graph, or timeout."""
+    import time
+
+    from ..commander import CommanderError
+    if not nodes:
+        try:
+            cmd.wait_until_up(timeout=timeout)
+        except CommanderError:
+            pass   # describe what is there; a missing node is simply not on the page
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        present = {f'{ns.rstrip("/")}/{n}' for n, ns in cmd.node.get_node_names_and_namespaces()}
+        if all(cmd.name(x) in present for x in nodes):
+            return
+        time.sleep(0.2)
+
+
 def cmd_describe(args) -> int:
     from ..commander import Commander, CommanderError, expected_graph
     with Commander(namespace=args.namespace, node_name='r2s2r_describe',
                    expected=expected_graph()) as cmd:
         try:
-            if not args.nodes:
-                cmd.wait_until_up(timeout=args.wait)
+            _wait_for_nodes(cmd, args.nodes, args.wait)
             graph = describe_graph(cmd, args.nodes or None, timeout=args.wait)
         except LookupError as exc:
             print(f'r2s2r describe: {exc}', file=sys.stderr)
