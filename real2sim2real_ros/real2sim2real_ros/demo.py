@@ -65,8 +65,9 @@ def main(argv=None) -> int:
     from ament_index_python.packages import get_package_share_directory
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from real2sim2real_ros.cli.loop_cli import CODE_NAMES, StageProgress, print_summary
+    from real2sim2real_ros.cli.loop_cli import StageProgress, print_summary
     from real2sim2real_ros.commander import Commander
+    from real2sim2real_ros.goal_client import code_name
     from real2sim2real_ros.launch_runner import LaunchedGraph
 
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix='r2s2r_demo_')).resolve()
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
                 _say(f'summary {result.summary_path}')
             if result.error_code:
                 code = 1
-                _say(f'[red]loop {CODE_NAMES.get(result.error_code, result.error_code)}'
+                _say(f'[red]loop {code_name(type(result), result.error_code)}'
                      f'{" at " + result.failed_stage if result.failed_stage else ""}: '
                      f'{result.error_msg}')
             _say(f'loop wall time {loop_s:.1f} s (graph start-up {t_up:.1f} s before it)')

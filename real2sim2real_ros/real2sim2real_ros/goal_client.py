@@ -29,6 +29,18 @@ from unique_identifier_msgs.msg import UUID
 
 from . import qos
 
+
+def error_codes(result_cls) -> dict[int, str]:
+    """``{value: NAME}`` of an action result's error-code constants, read from the generated
+    interface (the ``.action`` file is their one source): ``error_codes(Capture.Result)``."""
+    names = (n for n in dir(result_cls) if n.isupper() and not n.startswith('_'))
+    return {getattr(result_cls, n): n for n in names if isinstance(getattr(result_cls, n), int)}
+
+
+def code_name(result_cls, code: int) -> str:
+    """The constant name of ``code`` in ``result_cls`` (``'TRAINING_FAILED'``), or the number."""
+    return error_codes(result_cls).get(code, str(code))
+
 # Every state a server reports only for a goal it has accepted.
 ACCEPTED_STATES = frozenset((
     GoalStatus.STATUS_ACCEPTED, GoalStatus.STATUS_EXECUTING, GoalStatus.STATUS_CANCELING,

@@ -235,17 +235,19 @@ def _copy_without_camera_info(bag_path: str, out: Path) -> Path:
 
 
 def test_errors_are_results_and_the_node_keeps_serving(cell, first, tmp_path):
-    from real2sim2real_ros.cli.reconstruct_cli import CODE_NAMES
+    from real2sim2real_ros.goal_client import code_name
     bad, _ = _reconstruct(str(tmp_path / 'no_such_capture' / 'manifest.json'))
-    assert CODE_NAMES[bad.error_code] == 'INVALID_CAPTURE' and 'no_such_capture' in bad.error_msg
+    assert code_name(type(bad), bad.error_code) == 'INVALID_CAPTURE'
+    assert 'no_such_capture' in bad.error_msg
     no_info = _copy_without_camera_info(first.capture.bag_path, tmp_path / 'no_info_bag')
     missing, _ = _reconstruct(str(no_info))
-    assert CODE_NAMES[missing.error_code] == 'MISSING_INTRINSICS', missing.error_msg
+    assert code_name(type(missing), missing.error_code) == 'MISSING_INTRINSICS', missing.error_msg
     assert 'camera_info' in missing.error_msg
     empty_run = tmp_path / 'empty_run'
     empty_run.mkdir()
     none, _ = _reconstruct('', run_dir=str(empty_run))
-    assert CODE_NAMES[none.error_code] == 'INVALID_CAPTURE' and 'capture' in none.error_msg
+    assert code_name(type(none), none.error_code) == 'INVALID_CAPTURE'
+    assert 'capture' in none.error_msg
     assert not list(empty_run.glob('reconstruct_*'))      # a failed stage leaves no folder
     # Still serving: the newest capture of the node's run directory (empty goal).
     ok, _ = _reconstruct('')

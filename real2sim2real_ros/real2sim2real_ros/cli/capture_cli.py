@@ -12,9 +12,6 @@ import sys
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CAPTURE_ACTION = 'camera_capture/capture'
-# Capture.action error codes by value (no ROS import needed to name them).
-CODE_NAMES = {0: 'NONE', 1: 'SOURCE_UNAVAILABLE', 2: 'NO_FRAMES', 3: 'MISSING_INTRINSICS',
-              4: 'MISSING_POSE', 5: 'WRITE_FAILED', 6: 'CANCELED'}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -63,7 +60,8 @@ def cmd_capture(args) -> int:
         print(f'r2s2r capture: error: {exc}', file=sys.stderr)
         return EXIT_USAGE
     if result.error_code != 0:
-        name = CODE_NAMES.get(result.error_code, str(result.error_code))
+        from ..goal_client import code_name
+        name = code_name(type(result), result.error_code)
         print(f'r2s2r capture: {name}: {result.error_msg}', file=sys.stderr)
         return EXIT_FAILED
     cs = result.capture_set
@@ -81,3 +79,4 @@ def main(argv=None) -> int:
 
 if __name__ == '__main__':
     sys.exit(main())
+

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-CODE_NAMES = {0: 'NONE', 1: 'STAGE_FAILED', 2: 'INVALID_GOAL', 3: 'CANCELED'}
 
 
 def add_parser(subparsers):
@@ -181,8 +180,10 @@ def cmd_loop(args) -> int:
             print(f'r2s2r loop: cannot read {result.summary_path}: {exc}', file=sys.stderr)
         print(f'summary: {result.summary_path}')
     if result.error_code:
-        name = CODE_NAMES.get(result.error_code, str(result.error_code))
+        from ..goal_client import code_name
+        name = code_name(type(result), result.error_code)
         where = f' at {result.failed_stage}' if result.failed_stage else ''
         print(f'r2s2r loop: {name}{where}: {result.error_msg}', file=sys.stderr)
         return EXIT_USAGE if result.error_code == 2 else EXIT_FAILED
     return EXIT_OK
+

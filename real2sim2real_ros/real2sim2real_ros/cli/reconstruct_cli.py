@@ -23,10 +23,6 @@ import numpy as np
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RECONSTRUCT_ACTION = 'scene_reconstruction/reconstruct'
 PNG_NAME = 'top_view.png'
-# Reconstruct.action error codes by value (no ROS import needed to name them).
-CODE_NAMES = {0: 'NONE', 1: 'INVALID_CAPTURE', 2: 'MISSING_INTRINSICS', 3: 'NO_TABLE_PLANE',
-              4: 'EMPTY_TABLE', 5: 'OBJECTS_TOUCHING', 6: 'OBJECT_OUT_OF_VIEW',
-              7: 'INSUFFICIENT_DEPTH', 8: 'WRITE_FAILED', 9: 'CANCELED'}
 
 
 @dataclass
@@ -229,7 +225,8 @@ def cmd_reconstruct(args) -> int:
         print(f'r2s2r reconstruct: error: {exc}', file=sys.stderr)
         return EXIT_USAGE
     if result.error_code != 0:
-        name = CODE_NAMES.get(result.error_code, str(result.error_code))
+        from ..goal_client import code_name
+        name = code_name(type(result), result.error_code)
         print(f'r2s2r reconstruct: {name}: {result.error_msg}', file=sys.stderr)
         return EXIT_FAILED
     scene = result.scene
@@ -252,3 +249,4 @@ def main(argv=None) -> int:
 
 if __name__ == '__main__':
     sys.exit(main())
+

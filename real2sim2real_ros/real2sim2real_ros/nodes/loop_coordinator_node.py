@@ -78,7 +78,7 @@ from real2sim2real_msgs.srv import ResetObjects
 
 from .. import qos
 from ..core import loop_plan as lp
-from ..goal_client import GoalClient
+from ..goal_client import GoalClient, code_name
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
 from ..subscriptions import subscribed
@@ -101,14 +101,6 @@ class _Canceled(Exception):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
-
-
-def code_name(result_cls, code: int) -> str:
-    """The constant name of an action result's error code (``TRAINING_FAILED``)."""
-    for name in dir(result_cls):
-        if name.isupper() and getattr(result_cls, name) == code and name != 'NONE':
-            return name
-    return str(code)
 
 
 def _child_error(what: str, result) -> str:
