@@ -66,13 +66,31 @@ def varied_spec():
     return dataclasses.replace(spec, name='varied', objects=objs, seed=31)
 
 
+def moved_table_spec(name: str, dz: float, dy: float):
+    """The default cell with its table (and the objects on it) moved ``dz`` up and ``dy``
+    sideways: lab tables are rarely at the height of the robot's base."""
+    spec = load_cell_spec(CELLS / 'default.yaml')
+    t = spec.table
+    table = dataclasses.replace(t, height=t.height + dz, center=(t.center[0], t.center[1] + dy))
+    objs = tuple(dataclasses.replace(o, xyz=(o.xyz[0], o.xyz[1] + dy, o.xyz[2] + dz))
+                 for o in spec.objects)
+    return dataclasses.replace(spec, name=name, table=table, objects=objs)
+
+
 def spec_by_name(name: str):
-    return varied_spec() if name == 'varied' else load_cell_spec(CELLS / f'{name}.yaml')
+    if name == 'varied':
+        return varied_spec()
+    if name == 'table_raised':       # 0.2 m above the base, 0.2 m to the left
+        return moved_table_spec(name, 0.2, 0.2)
+    if name == 'table_lowered':      # 0.3 m below the base, 0.15 m to the right
+        return moved_table_spec(name, -0.3, -0.15)
+    return load_cell_spec(CELLS / f'{name}.yaml')
 
 
 # ------------------------------------------------------------------ accuracy vs truth
 
-@pytest.mark.parametrize('cell', ['default', 'slippery', 'heavy_box', 'varied'])
+@pytest.mark.parametrize('cell', ['default', 'slippery', 'heavy_box', 'varied', 'table_raised',
+                                  'table_lowered'])
 def test_objects_match_truth(cell, tmp_path):
     spec = ring_cameras(spec_by_name(cell), 8)
     views, mask, _ = capture(spec)
