@@ -51,9 +51,9 @@ else
 fi
 
 # --- interface stand-ins -----------------------------------------------------------------------
-# stand_ins/<pkg> (control_msgs) is built only where no real <pkg> is importable from the venv or
-# a sourced ROS underlay (scripts/stand_ins.py decides and says why). Where the real one is
-# there, a stand-in built earlier is removed from install/ so it can never shadow it.
+# stand_ins/<pkg> (control_msgs, moveit_msgs) is built only where no real <pkg> is importable
+# from the venv or a sourced ROS underlay (scripts/stand_ins.py decides and says why). Where the
+# real one is there, a stand-in built earlier is removed from install/ so it can never shadow it.
 stand_in_out=$("$VENV/bin/python" scripts/stand_ins.py --root "$ROOT")
 read -r -a stand_ins <<< "${stand_in_out//$'\n'/ }"
 for dir in stand_ins/*/; do

@@ -324,8 +324,16 @@ class MoveItBackend(_ActionBackend):
 
     def _result_failure(self, result):
         # moveit_msgs/MoveItErrorCodes: SUCCESS = 1.
-        val = result.error_code.val
-        return None if val == 1 else f'MoveIt error code {val}'
+        code = result.error_code
+        if code.val == 1:
+            return None
+        # rosidl keeps a message's constants in its metaclass's (name-mangled) __constants.
+        table = next((v for k, v in vars(type(type(code))).items()
+                      if k.endswith('__constants')), {})
+        names = {v: k for k, v in table.items()}
+        text = getattr(code, 'message', '')
+        return (f'MoveIt error code {names.get(code.val, code.val)} ({code.val})'
+                + (f': {text}' if text else ''))
 
 
 def make_backend(kind: str, node, controller_name: str, callback_group=None) -> ExecutionBackend:

@@ -91,6 +91,9 @@ def test_armed_execution_tracks_with_feedback_and_records(graph, joints):
     finally:
         live.close()
     assert result.error_code == R.NONE, result.error_msg
+    print(f'trajectory_topic backend: max tracking error {result.max_tracking_error:.4f} rad, '
+          f'rms {result.rms_tracking_error:.4f} rad, final error {result.final_error:.4f} rad, '
+          f'duration {result.duration:.2f} s')
     assert len(feedback) >= 10, 'feedback at ~20 Hz over 2.5 s'
     progress = [f.progress for f in feedback]
     assert progress == sorted(progress) and progress[-1] > 0.9

@@ -1,9 +1,12 @@
-"""control_msgs where no registry has it: the stand-in's interfaces equal upstream's, and
-make setup's decision (scripts/stand_ins.py) builds it only where no real one is importable.
+"""control_msgs and moveit_msgs where no registry has them: the stand-ins' interfaces equal
+upstream's, and make setup's decision (scripts/stand_ins.py) builds a stand-in only where no
+real package of its name is importable.
 
-UPSTREAM records ros-controls/control_msgs as Jazzy and Kilted ship it (5.x/6.x; the
-JointTrajectoryControllerState layout without the deprecated desired/actual fields): field
-names, types and order, and constants. A stand-in that drifts from it fails here."""
+UPSTREAM records the upstream definitions as data: ros-controls/control_msgs as Jazzy and
+Kilted ship it (the JointTrajectoryControllerState layout without the deprecated
+desired/actual fields) and moveit/moveit_msgs (ExecuteTrajectory with controller_names,
+MoveItErrorCodes with message and source): field names, types and order, and constants. A
+stand-in that drifts from it fails here."""
 from __future__ import annotations
 
 import importlib
@@ -21,21 +24,21 @@ DECIDE = REPO / 'scripts' / 'stand_ins.py'
 _POINT = 'trajectory_msgs/JointTrajectoryPoint'
 _MDOF_POINT = 'trajectory_msgs/MultiDOFJointTrajectoryPoint'
 UPSTREAM = {
-    'msg/JointTolerance': (
+    'control_msgs/msg/JointTolerance': (
         [('name', 'string'), ('position', 'double'), ('velocity', 'double'),
          ('acceleration', 'double')], {}),
-    'msg/JointComponentTolerance': (
+    'control_msgs/msg/JointComponentTolerance': (
         [('joint_name', 'string'), ('component', 'uint16'), ('position', 'double'),
          ('velocity', 'double'), ('acceleration', 'double')],
         {'X_AXIS': 1, 'Y_AXIS': 2, 'Z_AXIS': 3, 'TRANSLATION': 4, 'ROTATION': 5}),
-    'msg/JointTrajectoryControllerState': (
+    'control_msgs/msg/JointTrajectoryControllerState': (
         [('header', 'std_msgs/Header'), ('joint_names', 'sequence<string>'),
          ('reference', _POINT), ('feedback', _POINT), ('error', _POINT), ('output', _POINT),
          ('multi_dof_joint_names', 'sequence<string>'), ('multi_dof_reference', _MDOF_POINT),
          ('multi_dof_feedback', _MDOF_POINT), ('multi_dof_error', _MDOF_POINT),
          ('multi_dof_output', _MDOF_POINT)], {}),
-    'msg/GripperCommand': ([('position', 'double'), ('max_effort', 'double')], {}),
-    'action/FollowJointTrajectory.Goal': (
+    'control_msgs/msg/GripperCommand': ([('position', 'double'), ('max_effort', 'double')], {}),
+    'control_msgs/action/FollowJointTrajectory.Goal': (
         [('trajectory', 'trajectory_msgs/JointTrajectory'),
          ('multi_dof_trajectory', 'trajectory_msgs/MultiDOFJointTrajectory'),
          ('path_tolerance', 'sequence<control_msgs/JointTolerance>'),
@@ -43,40 +46,66 @@ UPSTREAM = {
          ('goal_tolerance', 'sequence<control_msgs/JointTolerance>'),
          ('component_goal_tolerance', 'sequence<control_msgs/JointComponentTolerance>'),
          ('goal_time_tolerance', 'builtin_interfaces/Duration')], {}),
-    'action/FollowJointTrajectory.Result': (
+    'control_msgs/action/FollowJointTrajectory.Result': (
         [('error_code', 'int32'), ('error_string', 'string')],
         {'SUCCESSFUL': 0, 'INVALID_GOAL': -1, 'INVALID_JOINTS': -2, 'OLD_HEADER_TIMESTAMP': -3,
          'PATH_TOLERANCE_VIOLATED': -4, 'GOAL_TOLERANCE_VIOLATED': -5}),
-    'action/FollowJointTrajectory.Feedback': (
+    'control_msgs/action/FollowJointTrajectory.Feedback': (
         [('header', 'std_msgs/Header'), ('joint_names', 'sequence<string>'),
          ('desired', _POINT), ('actual', _POINT), ('error', _POINT),
          ('multi_dof_joint_names', 'sequence<string>'), ('multi_dof_desired', _MDOF_POINT),
          ('multi_dof_actual', _MDOF_POINT), ('multi_dof_error', _MDOF_POINT)], {}),
-    'action/GripperCommand.Goal': ([('command', 'control_msgs/GripperCommand')], {}),
-    'action/GripperCommand.Result': (
+    'control_msgs/action/GripperCommand.Goal': ([('command', 'control_msgs/GripperCommand')], {}),
+    'control_msgs/action/GripperCommand.Result': (
         [('position', 'double'), ('effort', 'double'), ('stalled', 'boolean'),
          ('reached_goal', 'boolean')], {}),
-    'action/GripperCommand.Feedback': (
+    'control_msgs/action/GripperCommand.Feedback': (
         [('position', 'double'), ('effort', 'double'), ('stalled', 'boolean'),
          ('reached_goal', 'boolean')], {}),
-    'action/ParallelGripperCommand.Goal': ([('command', 'sensor_msgs/JointState')], {}),
-    'action/ParallelGripperCommand.Result': (
+    'control_msgs/action/ParallelGripperCommand.Goal': (
+        [('command', 'sensor_msgs/JointState')], {}),
+    'control_msgs/action/ParallelGripperCommand.Result': (
         [('state', 'sensor_msgs/JointState'), ('stalled', 'boolean'),
          ('reached_goal', 'boolean')], {}),
-    'action/ParallelGripperCommand.Feedback': ([('state', 'sensor_msgs/JointState')], {}),
+    'control_msgs/action/ParallelGripperCommand.Feedback': (
+        [('state', 'sensor_msgs/JointState')], {}),
+    'moveit_msgs/msg/RobotTrajectory': (
+        [('joint_trajectory', 'trajectory_msgs/JointTrajectory'),
+         ('multi_dof_joint_trajectory', 'trajectory_msgs/MultiDOFJointTrajectory')], {}),
+    'moveit_msgs/msg/MoveItErrorCodes': (
+        [('val', 'int32'), ('message', 'string'), ('source', 'string')],
+        {'SUCCESS': 1, 'UNDEFINED': 0, 'FAILURE': 99999, 'PLANNING_FAILED': -1,
+         'INVALID_MOTION_PLAN': -2, 'MOTION_PLAN_INVALIDATED_BY_ENVIRONMENT_CHANGE': -3,
+         'CONTROL_FAILED': -4, 'UNABLE_TO_AQUIRE_SENSOR_DATA': -5, 'TIMED_OUT': -6,
+         'PREEMPTED': -7, 'START_STATE_IN_COLLISION': -10,
+         'START_STATE_VIOLATES_PATH_CONSTRAINTS': -11, 'START_STATE_INVALID': -26,
+         'GOAL_IN_COLLISION': -12, 'GOAL_VIOLATES_PATH_CONSTRAINTS': -13,
+         'GOAL_CONSTRAINTS_VIOLATED': -14, 'GOAL_STATE_INVALID': -27,
+         'UNRECOGNIZED_GOAL_TYPE': -28, 'INVALID_GROUP_NAME': -15,
+         'INVALID_GOAL_CONSTRAINTS': -16, 'INVALID_ROBOT_STATE': -17, 'INVALID_LINK_NAME': -18,
+         'INVALID_OBJECT_NAME': -19, 'FRAME_TRANSFORM_FAILURE': -21,
+         'COLLISION_CHECKING_UNAVAILABLE': -22, 'ROBOT_STATE_STALE': -23,
+         'SENSOR_INFO_STALE': -24, 'COMMUNICATION_FAILURE': -25, 'CRASH': -29, 'ABORT': -30,
+         'NO_IK_SOLUTION': -31}),
+    'moveit_msgs/action/ExecuteTrajectory.Goal': (
+        [('trajectory', 'moveit_msgs/RobotTrajectory'),
+         ('controller_names', 'sequence<string>')], {}),
+    'moveit_msgs/action/ExecuteTrajectory.Result': (
+        [('error_code', 'moveit_msgs/MoveItErrorCodes')], {}),
+    'moveit_msgs/action/ExecuteTrajectory.Feedback': ([('state', 'string')], {}),
 }
 
 
 def _type(key: str):
-    kind, rest = key.split('/')
+    package, kind, rest = key.split('/')
     name, _, part = rest.partition('.')
-    cls = getattr(importlib.import_module(f'control_msgs.{kind}'), name)
+    pytest.importorskip(f'{package}.{kind}')
+    cls = getattr(importlib.import_module(f'{package}.{kind}'), name)
     return getattr(cls, part) if part else cls
 
 
 @pytest.mark.parametrize('key', sorted(UPSTREAM))
 def test_interface_equals_upstream(key):
-    pytest.importorskip('control_msgs.action')
     fields, constants = UPSTREAM[key]
     cls = _type(key)
     assert list(cls.get_fields_and_field_types().items()) == fields
@@ -113,20 +142,22 @@ def test_setup_builds_no_stand_in_where_a_real_control_msgs_is_importable(tmp_pa
     (fake / 'control_msgs' / '__init__.py').write_text('')
     proc = _decide(str(fake) + os.pathsep + os.environ.get('PYTHONPATH', ''))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == []
-    assert 'real package is importable' in proc.stderr and str(fake) in proc.stderr
+    assert 'control_msgs' not in proc.stdout.split()
+    line = next(ln for ln in proc.stderr.splitlines() if 'control_msgs:' in ln)
+    assert 'real package is importable' in line and str(fake) in line
 
 
-def test_setup_builds_the_stand_in_where_only_its_own_earlier_build_is_importable():
+def test_setup_builds_a_stand_in_where_only_its_own_earlier_build_is_importable():
     """Under `scripts/env.sh` the stand-in built into install/ is on PYTHONPATH: it is not a
     real package, so the decision stays 'build it' (and setup keeps it up to date)."""
-    spec = importlib.util.find_spec('control_msgs')
-    ours = REPO / 'install'
-    real = spec is not None and ours not in Path(spec.origin or '').resolve().parents
     proc = _decide(os.environ.get('PYTHONPATH', ''))
     assert proc.returncode == 0, proc.stderr
-    if real:   # a lab machine: the real package wins
-        assert proc.stdout.split() == []
-    else:
-        assert proc.stdout.split() == ['control_msgs']
-        assert 'building the wire-compatible stand-in' in proc.stderr
+    for name in ('control_msgs', 'moveit_msgs'):
+        spec = importlib.util.find_spec(name)
+        real = spec is not None and (REPO / 'install') not in Path(
+            spec.origin or '').resolve().parents
+        if real:   # a lab machine: the real package wins
+            assert name not in proc.stdout.split()
+        else:
+            assert name in proc.stdout.split()
+            assert f'{name}: not importable here; building' in proc.stderr
