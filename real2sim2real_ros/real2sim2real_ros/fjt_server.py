@@ -62,10 +62,12 @@ class FollowJointTrajectoryServer:
         self._to_command, self._offset = to_command, clock_offset
         self._lock = threading.Lock()
         self._active: _Active | None = None
+        self._started: dict[bytes, _Active | tg.Outcome] = {}   # goal id -> run or refusal
         self._declare_parameters()
         self._server = ActionServer(
             node, action_type, f'{controller}/follow_joint_trajectory',
             execute_callback=self._execute, goal_callback=self._on_goal,
+            handle_accepted_callback=self._on_accepted,
             cancel_callback=lambda _h: CancelResponse.ACCEPT,
             callback_group=ReentrantCallbackGroup())
 
@@ -164,19 +166,27 @@ class FollowJointTrajectoryServer:
             self.node.get_logger().warning(text)
         return result
 
-    def _execute(self, handle):
+    def _on_accepted(self, handle):
+        """Like JTC, the trajectory takes over as the goal is accepted (the execute callback
+        only supervises): no executor scheduling delay between acceptance and motion."""
+        key = bytes(handle.goal_id.uuid)
         try:
             cmd, tol = self._prepare(handle.request)
-        except tg.GoalRefused as exc:
-            return self._finish(handle, exc.code, exc.message, 'abort')
-        with self._lock:
-            try:
+            with self._lock:
                 traj = self.world.set_trajectory(cmd)
-            except TrajectoryError as exc:   # the world changed since the check
-                return self._finish(handle, tg.INVALID_GOAL, str(exc), 'abort')
-            self._preempt_locked('preempted by a newer follow_joint_trajectory goal')
-            active = self._active = _Active(tg.GoalMonitor(tol, traj.start_time,
-                                                           traj.end_time))
+                self._preempt_locked('preempted by a newer follow_joint_trajectory goal')
+                self._active = _Active(tg.GoalMonitor(tol, traj.start_time, traj.end_time))
+                self._started[key] = self._active
+        except tg.GoalRefused as exc:
+            self._started[key] = tg.Outcome(exc.code, exc.message)
+        except TrajectoryError as exc:   # the world changed since the check
+            self._started[key] = tg.Outcome(tg.INVALID_GOAL, str(exc))
+        handle.execute()
+
+    def _execute(self, handle):
+        active = self._started.pop(bytes(handle.goal_id.uuid))
+        if isinstance(active, tg.Outcome):
+            return self._finish(handle, active.code, active.message, 'abort')
         period = 1.0 / float(self._param('action_monitor_rate'))
         feedback = self.action_type.Feedback()
         while not active.done.wait(period):

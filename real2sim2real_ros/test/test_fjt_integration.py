@@ -116,11 +116,16 @@ class _Status:
         self.listener = TopicListener(GoalStatusArray, f'/{ACTION}/_action/status',
                                       qos=qos.ACTION_STATUS)
 
-    def goals(self) -> dict[bytes, tuple[float, int]]:
-        """goal id -> (first time seen, last status)."""
+    def goals(self, accepted_after: float = 0.0) -> dict[bytes, tuple[float, int]]:
+        """goal id -> (first time this process saw it, last status), for the goals the
+        controller accepted after ``accepted_after`` (wall-clock s, the goal's accept stamp:
+        a latched status of an older goal can arrive at any time)."""
         out = {}
         for t, msg in self.listener.snapshot():
             for s in msg.status_list:
+                stamp = s.goal_info.stamp.sec + s.goal_info.stamp.nanosec * 1e-9
+                if stamp <= accepted_after:
+                    continue
                 key = bytes(s.goal_info.goal_id.uuid)
                 out[key] = (out.get(key, (t, 0))[0], s.status)
         return out
@@ -167,8 +172,8 @@ def test_limits_are_refused_before_any_goal_is_sent(cell):
     _arm(cmd)
     status = _Status()
     try:
-        time.sleep(0.5)
-        before = set(status.goals())
+        assert status.listener.wait_for_publishers(1, timeout=10), 'the controller is matched'
+        t_wall = time.time()
         q0 = _q(cmd)
         bad = list(q0)
         bad[2] = 3.5
@@ -179,10 +184,10 @@ def test_limits_are_refused_before_any_goal_is_sent(cell):
         result = cmd.execute_trajectory(joints, [(0.1, fast)], timeout=20)
         assert result.error_code == R.VELOCITY_LIMIT_VIOLATION
         time.sleep(0.5)
-        after = set(status.goals())
+        after = status.goals(accepted_after=t_wall)
     finally:
         status.close()
-    assert after == before, 'no goal reached the controller'
+    assert after == {}, 'no goal reached the controller'
     assert np.max(np.abs(_q(cmd) - q0)) < 0.005
     assert cmd.executor_status().armed
 
@@ -294,13 +299,13 @@ def test_estop_mid_motion_preempts_the_goal_and_holds_in_time(cell):
             assert time.monotonic() < deadline and worker.is_alive(), 'the arm never moved'
             time.sleep(0.01)
         time.sleep(max(0.0, 1.0 - (time.monotonic() - t_start)))
-        before = set(status.goals())
+        t_wall = time.time()
         t_call = time.monotonic()
         resp = cmd.stop()
         t_resp = time.monotonic()
         worker.join(timeout=15)
         time.sleep(0.3)
-        goals = status.goals()
+        goals = status.goals(accepted_after=t_wall)
     finally:
         listener.close()
         reference.close()
@@ -308,7 +313,7 @@ def test_estop_mid_motion_preempts_the_goal_and_holds_in_time(cell):
     assert resp.success, resp.message
     assert out['result'].error_code == R.STOPPED, out['result'].error_msg
     assert not cmd.executor_status().armed
-    new = [t for key, (t, _) in goals.items() if key not in before]
+    new = [t for t, _ in goals.values()]
     assert new, 'the stop went to the controller as a new (preempting) goal'
     t_hold = min(new)
     msgs = listener.snapshot()
@@ -333,6 +338,48 @@ def test_estop_mid_motion_preempts_the_goal_and_holds_in_time(cell):
     assert ref_still - t_hold < 2 * 0.01 + 0.012 + 0.02 + 0.01
     assert still - t_hold < 0.15
     assert smooth[times > t_hold + 0.2].max() < 0.05
+
+
+def test_goal_tolerance_timeout_and_topic_preemption(cell):
+    """GOAL_TOLERANCE_VIOLATED once goal_time_tolerance has passed outside an unreachable goal
+    bound (the cell's measurement noise alone exceeds 1e-6 rad); a trajectory on the topic
+    preempts a running goal."""
+    from control_msgs.msg import JointTolerance
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    from real2sim2real_ros import qos
+    _, _, cmd, joints = cell
+    q0 = _q(cmd)
+    goal = _fjt_goal(joints, [(0.5, list(q0))])
+    goal.goal_tolerance = [JointTolerance(name=j, position=1e-6) for j in joints]
+    goal.goal_time_tolerance.nanosec = 300_000_000
+    t0 = time.monotonic()
+    res = cmd.run_action(FollowJointTrajectory, ACTION, goal, timeout=10)
+    took = time.monotonic() - t0
+    assert res.error_code == F.GOAL_TOLERANCE_VIOLATED, res.error_string
+    assert 'goal_time_tolerance 0.300 s' in res.error_string
+    assert 0.8 - 0.05 < took < 2.0, took
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault('result', cmd.run_action(
+        FollowJointTrajectory, ACTION, _fjt_goal(joints, _points(q0, [0.2, 0, 0, 0, 0, 0],
+                                                                  3.0)), timeout=10)))
+    worker.start()
+    time.sleep(0.8)
+    node = cmd.node
+    pub = node.create_publisher(JointTrajectory, f'/{CTRL}/joint_trajectory', qos.COMMAND)
+    try:
+        hold = JointTrajectory(joint_names=list(joints))
+        hold.points.append(JointTrajectoryPoint(positions=list(_q(cmd))))
+        hold.points[0].time_from_start.nanosec = 100_000_000
+        deadline = time.monotonic() + 5
+        while worker.is_alive() and time.monotonic() < deadline:   # until it is matched
+            pub.publish(hold)
+            time.sleep(0.1)
+        worker.join(timeout=5)
+    finally:
+        node.destroy_publisher(pub)
+    res = out['result']
+    assert res.error_code == F.INVALID_GOAL and 'joint_trajectory topic' in res.error_string
 
 
 def test_controller_going_away_mid_goal_is_a_clear_error_and_disarms(cell):

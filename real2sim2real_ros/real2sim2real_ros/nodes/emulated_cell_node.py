@@ -273,7 +273,8 @@ class EmulatedCellNode(Node):
     # ------------------------------------------------------------------ callbacks
     def _on_trajectory(self, msg: JointTrajectory):
         if self.fjt is not None and not self.fjt.controller_active():
-            self.get_logger().warning('trajectory ignored: the controller is not active')
+            self.get_logger().warning('trajectory ignored: the controller is not active',
+                                      throttle_duration_sec=1.0)
             return
         stamp = _seconds(msg.header.stamp)
         start = None if stamp == 0.0 else stamp - self.t0
