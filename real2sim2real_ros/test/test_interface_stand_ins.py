@@ -3,10 +3,11 @@ upstream's, and make setup's decision (scripts/stand_ins.py) builds a stand-in o
 real package of its name is importable.
 
 UPSTREAM records the upstream definitions as data: ros-controls/control_msgs as Jazzy and
-Kilted ship it (the JointTrajectoryControllerState layout without the deprecated
-desired/actual fields) and moveit/moveit_msgs (ExecuteTrajectory with controller_names,
-MoveItErrorCodes with message and source): field names, types and order, and constants. A
-stand-in that drifts from it fails here."""
+Kilted ship it (5.3+: JointTrajectoryControllerState without the deprecated desired/actual
+fields and with speed_scaling_factor, control_msgs#143, released to Jazzy in 5.3.0) and
+moveit/moveit_msgs (ExecuteTrajectory with controller_names, MoveItErrorCodes with message
+and source): field names, types and order, and constants. A stand-in that drifts from it
+fails here."""
 from __future__ import annotations
 
 import importlib
@@ -36,7 +37,7 @@ UPSTREAM = {
          ('reference', _POINT), ('feedback', _POINT), ('error', _POINT), ('output', _POINT),
          ('multi_dof_joint_names', 'sequence<string>'), ('multi_dof_reference', _MDOF_POINT),
          ('multi_dof_feedback', _MDOF_POINT), ('multi_dof_error', _MDOF_POINT),
-         ('multi_dof_output', _MDOF_POINT)], {}),
+         ('multi_dof_output', _MDOF_POINT), ('speed_scaling_factor', 'double')], {}),
     'control_msgs/msg/GripperCommand': ([('position', 'double'), ('max_effort', 'double')], {}),
     'control_msgs/action/FollowJointTrajectory.Goal': (
         [('trajectory', 'trajectory_msgs/JointTrajectory'),

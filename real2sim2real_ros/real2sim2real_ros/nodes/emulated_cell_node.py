@@ -411,6 +411,8 @@ class EmulatedCellNode(Node):
                 if hasattr(cs, field):
                     setattr(cs, field, JointTrajectoryPoint(
                         positions=state[pos].tolist(), velocities=state[vel].tolist()))
+            if hasattr(cs, 'speed_scaling_factor'):   # control_msgs >= 5.3
+                cs.speed_scaling_factor = 1.0
             self.pub_cstate.publish(cs)
         else:
             ref = JointState()
