@@ -936,7 +936,9 @@ class RobotExecutorNode(Node):
                                          f'{now - run.t_start:.2f} s')
             failure = self._backend.failure() if moving else None
             if failure:
-                raise self._policy_abort(ex, P.STOPPED, f'controller failure: {failure}')
+                self._disarm_on_fault(failure)
+                raise self._policy_abort(ex, P.STOPPED, f'controller failure: {failure}; '
+                                         f'disarmed')
             if sample is not None and sample.exceeded:
                 j = int(np.argmax(sample.error))
                 raise self._policy_abort(ex, P.TRACKING_ERROR, (
@@ -944,9 +946,10 @@ class RobotExecutorNode(Node):
                     f'{ex.monitor.joint_names[j]!r} exceeds max_tracking_error '
                     f'{self.p_max_err} rad'))
             if stale:
+                self._disarm_on_fault('joint_states stopped arriving')
                 raise self._policy_abort(ex, P.OBSERVATION_UNAVAILABLE, (
                     f'joint_states stopped arriving for {now - ex.last_state_time:.2f} s '
-                    f'during the episode'))
+                    f'during the episode; disarmed'))
             if now > run.deadline:
                 raise self._policy_abort(ex, P.TIMEOUT, (
                     f'episode ran past max_duration {run.deadline - run.t_start:.1f} s'))
