@@ -69,7 +69,8 @@ for name in "${stand_ins[@]}"; do stand_in_paths+=("stand_ins/$name"); done
 
 # --- colcon build -------------------------------------------------------------------------------
 # rosidl finds its typesupports through AMENT_PREFIX_PATH: the venv is the prefix of the wheels.
-src_hash=$( (echo "stand-ins: ${stand_ins[*]}"; find real2sim2real_msgs real2sim2real_ros stand_ins -type f \
+src_hash=$( (echo "stand-ins: ${stand_ins[*]}"
+  find real2sim2real_msgs real2sim2real_ros stand_ins -type f \
   -not -path '*/__pycache__/*' -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)
 bstamp=install/.source.sha256
 if [[ -f $bstamp ]] && [[ $(cat "$bstamp") == "$src_hash" ]]; then
