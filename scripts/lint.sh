@@ -9,7 +9,7 @@ from pathlib import Path
 
 from catkin_pkg.package import parse_package
 
-for xml in sorted(Path('.').glob('*/package.xml')):
+for xml in sorted([*Path('.').glob('*/package.xml'), *Path('.').glob('stand_ins/*/package.xml')]):
     pkg = parse_package(xml.parent)  # raises on anything rosdep/colcon would reject
     pkg.validate()
     print(f'lint: {xml}: {pkg.name} {pkg.version} ok')

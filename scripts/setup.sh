@@ -50,9 +50,27 @@ else
   log "venv up to date"
 fi
 
+# --- interface stand-ins -----------------------------------------------------------------------
+# stand_ins/<pkg> (control_msgs, moveit_msgs) is built only where no real <pkg> is importable
+# from the venv or a sourced ROS underlay (scripts/stand_ins.py decides and says why). Where the
+# real one is there, a stand-in built earlier is removed from install/ so it can never shadow it.
+stand_in_out=$("$VENV/bin/python" scripts/stand_ins.py --root "$ROOT")
+read -r -a stand_ins <<< "${stand_in_out//$'\n'/ }"
+for dir in stand_ins/*/; do
+  name=$(basename "$dir")
+  if [[ " ${stand_ins[*]} " != *" $name "* ]] && [[ -d install/$name || -d build/$name ]]; then
+    log "removing the $name stand-in from install/ (the real package wins)"
+    rm -rf "install/$name" "build/$name"
+    rm -f install/.source.sha256
+  fi
+done
+stand_in_paths=()
+for name in "${stand_ins[@]}"; do stand_in_paths+=("stand_ins/$name"); done
+
 # --- colcon build -------------------------------------------------------------------------------
 # rosidl finds its typesupports through AMENT_PREFIX_PATH: the venv is the prefix of the wheels.
-src_hash=$( (find real2sim2real_msgs real2sim2real_ros -type f \
+src_hash=$( (echo "stand-ins: ${stand_ins[*]}"
+  find real2sim2real_msgs real2sim2real_ros stand_ins -type f \
   -not -path '*/__pycache__/*' -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)
 bstamp=install/.source.sha256
 if [[ -f $bstamp ]] && [[ $(cat "$bstamp") == "$src_hash" ]]; then
@@ -65,6 +83,7 @@ log "colcon build"
   source "$VENV/bin/activate"
   export AMENT_PREFIX_PATH="$VENV${AMENT_PREFIX_PATH:+:$AMENT_PREFIX_PATH}"
   colcon --log-base log build --base-paths real2sim2real_msgs real2sim2real_ros \
+    "${stand_in_paths[@]}" \
     --cmake-args -DPython3_EXECUTABLE="$VENV/bin/python" -DBUILD_TESTING=OFF
 )
 echo "$src_hash" > "$bstamp"

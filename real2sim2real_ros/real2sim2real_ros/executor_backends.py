@@ -26,6 +26,7 @@ from builtin_interfaces.msg import Duration
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from .core.execution_safety import INVALID_TRAJECTORY, Trajectory, TrajectoryViolation
+from .core.trajectory_goal import error_name
 from .goal_client import GoalClient
 from .qos import COMMAND
 from .ros_main import ConfigurationError
@@ -169,6 +170,7 @@ class _ActionBackend(ExecutionBackend):
                                   callback_group=callback_group)
         self.record_topic = self._resolved_action_name() + '/trajectory'
         self._generation = 0      # goals older than the newest are expected to be preempted
+        self._in_flight = False   # the newest goal was accepted and has no result yet
 
     def _action_name(self) -> str:
         return f'{self.controller_name}/{self.action_suffix}'
@@ -211,11 +213,20 @@ class _ActionBackend(ExecutionBackend):
             self._set_failure(gen, f'sending the goal failed: {exc}')
             return
         if not handle.accepted:
-            self._set_failure(gen, f'{self._resolved_action_name()} rejected the goal')
+            self._set_failure(gen, (
+                f'{self._resolved_action_name()} rejected the goal (a rejection carries no '
+                f'reason: the controller\'s log says why, e.g. it is not active or refuses '
+                f'the joints, timing or tolerances)'))
             return
+        with self._lock:
+            if gen == self._generation:
+                self._in_flight = True
         handle.get_result_async().add_done_callback(lambda f: self._on_result(f, gen))
 
     def _on_result(self, future, gen):
+        with self._lock:
+            if gen == self._generation:
+                self._in_flight = False
         try:
             wrapped = future.result()
         except Exception as exc:  # noqa: BLE001
@@ -224,6 +235,15 @@ class _ActionBackend(ExecutionBackend):
         problem = self._result_failure(wrapped.result)
         if problem:
             self._set_failure(gen, f'{self._resolved_action_name()}: {problem}')
+
+    def failure(self):
+        with self._lock:
+            if self._failure is not None or not self._in_flight:
+                return self._failure
+        if not self._client.server_is_ready():
+            return (f'action server {self._resolved_action_name()} went away while its goal '
+                    f'was running')
+        return None
 
     def send(self, msg):
         self._dispatch(msg, report=True)
@@ -278,7 +298,8 @@ class FollowJointTrajectoryBackend(_ActionBackend):
         # FollowJointTrajectory.Result: SUCCESSFUL = 0; the others are failures.
         if result.error_code == 0:
             return None
-        return f'error_code {result.error_code}: {result.error_string or "(no message)"}'
+        return (f'{error_name(result.error_code)} ({result.error_code}): '
+                f'{result.error_string or "(no message)"}')
 
 
 class MoveItBackend(_ActionBackend):
@@ -303,8 +324,16 @@ class MoveItBackend(_ActionBackend):
 
     def _result_failure(self, result):
         # moveit_msgs/MoveItErrorCodes: SUCCESS = 1.
-        val = result.error_code.val
-        return None if val == 1 else f'MoveIt error code {val}'
+        code = result.error_code
+        if code.val == 1:
+            return None
+        # rosidl keeps a message's constants in its metaclass's (name-mangled) __constants.
+        table = next((v for k, v in vars(type(type(code))).items()
+                      if k.endswith('__constants')), {})
+        names = {v: k for k, v in table.items()}
+        text = getattr(code, 'message', '')
+        return (f'MoveIt error code {names.get(code.val, code.val)} ({code.val})'
+                + (f': {text}' if text else ''))
 
 
 def make_backend(kind: str, node, controller_name: str, callback_group=None) -> ExecutionBackend:

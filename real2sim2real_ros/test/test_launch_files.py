@@ -67,3 +67,20 @@ def test_bad_launch_input_is_one_line_and_exit_2(args, expect, tmp_path, share_d
     assert len(lines) == 1, proc.stderr
     assert expect in lines[0]
     assert proc.stdout.strip() == ''  # nothing was started, nothing printed by nodes
+
+
+@pytest.mark.parametrize('cell, backend', [('real', 'moveit'),
+                                           ('emulated', 'follow_joint_trajectory')])
+def test_top_level_accepts_arguments_declared_in_included_files(cell, backend, share_dir):
+    """As `ros2 launch` does: `bringup.launch.xml cell:=real executor_backend:=moveit` sets
+    the argument cell_<cell>.launch.xml declares (bringup itself does not declare it)."""
+    from real2sim2real_ros.launch_runner import LaunchError, parse_launch_file
+    bringup = share_dir / 'launch' / 'bringup.launch.xml'
+    plan = parse_launch_file(bringup, {'cell': cell, 'executor_backend': backend})
+    executor = next(n for n in plan.nodes if n.name == 'robot_executor')
+    values = [p.value for p in executor.parameters if getattr(p, 'name', '') == 'backend']
+    assert values == [backend]
+    assert plan.launch_arguments['executor_backend'] == backend
+    # One that no visited file declares is still refused, naming what is declared.
+    with pytest.raises(LaunchError, match="unknown launch argument 'backend'.*executor_backend"):
+        parse_launch_file(bringup, {'cell': cell, 'backend': backend})

@@ -51,6 +51,11 @@ def parse_launch_file(path: str | os.PathLike, launch_args: dict[str, str] | Non
                       ) -> LaunchPlan:
     """Resolve ``path`` with ``launch_args`` into a LaunchPlan (no process is started).
 
+    As in ``ros2 launch``, a top-level argument may be one that an included file declares
+    (launch configurations are visible to every file the launch includes), e.g.
+    ``bringup.launch.xml cell:=real executor_backend:=moveit``. One declared by no file the
+    launch visits is refused (``ros2 launch`` would ignore it silently).
+
     Raises LaunchError for: unsupported tag/attribute/substitution, an undeclared or missing
     launch argument, a missing file (launch, include, params), a missing executable.
     """
@@ -59,15 +64,17 @@ def parse_launch_file(path: str | os.PathLike, launch_args: dict[str, str] | Non
     root = _load(file, where=None)
     declared = [el.attrib['name'] for el in _walk(root) if el.tag == 'arg'
                 and 'value' not in el.attrib]  # <arg value=> inside <include> passes, not declares
-    for name in launch_args:
-        if name not in declared:
-            raise LaunchError(f"unknown launch argument '{name}' (declared: "
-                              f"{', '.join(declared) or 'none'})", str(file))
     ctx = LaunchContext(configs=dict(launch_args))
     nodes: list[NodeSpec] = []
     _visit_actions(root.children, ctx, nodes, depth=0)
+    unknown = [n for n in launch_args if n not in declared and n not in ctx.declared]
+    if unknown:
+        everywhere = declared + sorted(n for n in ctx.declared if n not in declared)
+        raise LaunchError(f"unknown launch argument '{unknown[0]}' (declared: "
+                          f"{', '.join(everywhere) or 'none'})", str(file))
     _assign_labels(nodes)
     top_args = {name: ctx.configs[name] for name in declared if name in ctx.configs}
+    top_args.update({k: v for k, v in launch_args.items() if k not in top_args})
     return LaunchPlan(file=file, launch_arguments=top_args, nodes=nodes)
 
 
@@ -187,6 +194,7 @@ def _visit_actions(elements: list[XmlElement], ctx: LaunchContext, nodes: list[N
 
 def _declare_argument(el: XmlElement, ctx: LaunchContext) -> None:
     name = el.attrib['name']
+    ctx.declared.add(name)
     if name not in ctx.configs:
         if 'default' not in el.attrib:
             desc = el.attrib.get('description')

@@ -44,9 +44,11 @@ class LaunchContext:
 
     configs: dict[str, str] = field(default_factory=dict)
     ros_namespace: str | None = None
+    # Every argument name declared so far in any visited file; shared by all copies.
+    declared: set[str] = field(default_factory=set)
 
     def copy(self) -> LaunchContext:
-        return LaunchContext(dict(self.configs), self.ros_namespace)
+        return LaunchContext(dict(self.configs), self.ros_namespace, self.declared)
 
 
 def parse_template(text: str, where: str) -> Template:

@@ -6,6 +6,11 @@ Offers the ROS surface a real cell has, so the pipeline cannot tell it apart:
 * ``robot_description`` (std_msgs/String, latched): the URDF text
 * ``<controller>/joint_trajectory`` (trajectory_msgs/JointTrajectory, qos.COMMAND): the
   ros2_control joint_trajectory_controller topic interface (see core/joint_trajectory.py)
+* action ``<controller>/follow_joint_trajectory`` (control_msgs/action/FollowJointTrajectory,
+  when control_msgs is importable: the real package or the stand-in ``make setup`` builds):
+  JTC's goal check, tolerances, feedback, preemption and cancel = hold (fjt_server.py,
+  core/trajectory_goal.py); parameters ``constraints.*``, ``controller_active``,
+  ``invalid_goal_response``, ``action_monitor_rate``
 * ``<controller>/controller_state``: control_msgs/JointTrajectoryControllerState when
   control_msgs is importable; otherwise two sensor_msgs/JointState topics
   ``<controller>/controller_state/reference`` (positions, velocities, efforts = accelerations)
@@ -73,6 +78,12 @@ try:  # Only on machines with ros2_control's messages.
     from trajectory_msgs.msg import JointTrajectoryPoint
 except ImportError:  # pragma: no cover - depends on the machine
     JointTrajectoryControllerState = None
+try:  # The controller's action: the real control_msgs or the stand-in make setup builds.
+    from control_msgs.action import FollowJointTrajectory
+
+    from ..fjt_server import FollowJointTrajectoryServer
+except ImportError:  # pragma: no cover - depends on the machine
+    FollowJointTrajectory = None
 try:
     from geometry_msgs.msg import TransformStamped
     from tf2_msgs.msg import TFMessage
@@ -142,6 +153,9 @@ class EmulatedCellNode(Node):
         self.t0 = self.get_clock().now().nanoseconds * 1e-9 if self.real_time else 0.0
 
         self._make_interfaces(p['image_qos'])
+        self.fjt = None if FollowJointTrajectory is None else FollowJointTrajectoryServer(
+            self, self.world, self.controller, FollowJointTrajectory,
+            trajectory_command_from_msg, lambda: self.t0)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._physics_loop, name='physics',
                                           daemon=True)]
@@ -258,6 +272,10 @@ class EmulatedCellNode(Node):
 
     # ------------------------------------------------------------------ callbacks
     def _on_trajectory(self, msg: JointTrajectory):
+        if self.fjt is not None and not self.fjt.controller_active():
+            self.get_logger().warning('trajectory ignored: the controller is not active',
+                                      throttle_duration_sec=1.0)
+            return
         stamp = _seconds(msg.header.stamp)
         start = None if stamp == 0.0 else stamp - self.t0
         try:
@@ -266,6 +284,8 @@ class EmulatedCellNode(Node):
         except TrajectoryError as exc:
             self.get_logger().error(f'rejected trajectory: {exc}')
             return
+        if self.fjt is not None:
+            self.fjt.preempt('preempted by a trajectory on the joint_trajectory topic')
         self.get_logger().debug(f'trajectory with {len(msg.points)} points accepted')
 
     def _on_reset_objects(self, request, response):
@@ -379,6 +399,8 @@ class EmulatedCellNode(Node):
         msg.name = list(w.joint_names)
         msg.position, msg.velocity, msg.effort = q.tolist(), v.tolist(), e.tolist()
         self.pub_joints.publish(msg)
+        if getattr(self, 'fjt', None) is not None:
+            self.fjt.update(state)
         if JointTrajectoryControllerState is not None:
             cs = JointTrajectoryControllerState()
             cs.header.stamp = stamp
@@ -389,6 +411,8 @@ class EmulatedCellNode(Node):
                 if hasattr(cs, field):
                     setattr(cs, field, JointTrajectoryPoint(
                         positions=state[pos].tolist(), velocities=state[vel].tolist()))
+            if hasattr(cs, 'speed_scaling_factor'):   # control_msgs >= 5.3
+                cs.speed_scaling_factor = 1.0
             self.pub_cstate.publish(cs)
         else:
             ref = JointState()
@@ -452,6 +476,8 @@ class EmulatedCellNode(Node):
     def close(self):
         """Stop the loops (called by ros_main before destroy_node)."""
         self._stop.set()
+        if getattr(self, 'fjt', None) is not None:
+            self.fjt.preempt('controller shutting down')
         for th in getattr(self, '_threads', []):
             th.join(timeout=5.0)   # a frame in flight finishes; then publishers can go
 

@@ -461,6 +461,12 @@ class RobotExecutorNode(Node):
         self.get_logger().warning(f'STOP: {reason}; disarmed; {sent}')
         return sent.startswith('stop trajectory sent'), f'disarmed; {sent}'
 
+    def _disarm_on_fault(self, reason: str) -> None:
+        """A controller or state fault during a motion: nothing moves again until ~/arm."""
+        with self._lock:
+            self._armed = False
+        self.get_logger().error(f'DISARMED: {reason}')
+
     def _send_stop(self, ex: _Execution | None) -> str:
         """Publish the stop ramp from the latest state; returns what was done."""
         with self._lock:
@@ -624,7 +630,8 @@ class RobotExecutorNode(Node):
             failure = self._backend.failure()
             if failure:
                 self._send_stop(ex)
-                raise _Abort(R.BACKEND_UNAVAILABLE, failure)
+                self._disarm_on_fault(failure)
+                raise _Abort(R.BACKEND_UNAVAILABLE, f'{failure}; stop sent; disarmed')
             if sample is not None and sample.exceeded:
                 self._send_stop(ex)
                 j = int(np.argmax(sample.error))
@@ -634,9 +641,10 @@ class RobotExecutorNode(Node):
                     f'max_tracking_error {self.p_max_err} rad; holding position'))
             if stale:
                 self._send_stop(ex)
+                self._disarm_on_fault('joint_states stopped arriving')
                 raise _Abort(R.BACKEND_UNAVAILABLE, (
                     f'joint_states stopped arriving for {now - ex.last_state_time:.2f} s '
-                    f'during execution; stop sent'))
+                    f'during execution; stop sent; disarmed'))
             if sample is not None:
                 feedback.progress = float(min(1.0, max(0.0, t / duration)))
                 feedback.tracking_error = float(sample.max_error)
@@ -928,7 +936,9 @@ class RobotExecutorNode(Node):
                                          f'{now - run.t_start:.2f} s')
             failure = self._backend.failure() if moving else None
             if failure:
-                raise self._policy_abort(ex, P.STOPPED, f'controller failure: {failure}')
+                self._disarm_on_fault(failure)
+                raise self._policy_abort(ex, P.STOPPED, f'controller failure: {failure}; '
+                                         f'disarmed')
             if sample is not None and sample.exceeded:
                 j = int(np.argmax(sample.error))
                 raise self._policy_abort(ex, P.TRACKING_ERROR, (
@@ -936,9 +946,10 @@ class RobotExecutorNode(Node):
                     f'{ex.monitor.joint_names[j]!r} exceeds max_tracking_error '
                     f'{self.p_max_err} rad'))
             if stale:
+                self._disarm_on_fault('joint_states stopped arriving')
                 raise self._policy_abort(ex, P.OBSERVATION_UNAVAILABLE, (
                     f'joint_states stopped arriving for {now - ex.last_state_time:.2f} s '
-                    f'during the episode'))
+                    f'during the episode; disarmed'))
             if now > run.deadline:
                 raise self._policy_abort(ex, P.TIMEOUT, (
                     f'episode ran past max_duration {run.deadline - run.t_start:.1f} s'))
