@@ -103,12 +103,12 @@ def drake_urdf(urdf_path: str, cache_dir: Path | None = None) -> str:
                 raise MeshError(f"mesh file '{uri}' not found (resolved to '{src}')")
             if src.suffix.lower() not in DRAKE_MESH_SUFFIXES:
                 stl = prepare_mesh(src, cache)   # any format -> STL (DAE units applied)
-                obj = stl.with_suffix('.obj')
-                if not obj.is_file():
+                obj = stl.with_name(stl.stem + '-n.obj')
+                if not obj.is_file():   # Drake's OBJ reader needs vertex normals
                     import trimesh
                     m = trimesh.load(str(stl), force='mesh', process=False)
                     tmp = obj.with_name(f'.{obj.name}.{os.getpid()}.tmp')
-                    m.export(str(tmp), file_type='obj')
+                    m.export(str(tmp), file_type='obj', include_normals=True)
                     os.replace(tmp, obj)
                 src = obj
         except MeshError as exc:
@@ -243,8 +243,9 @@ class DrakeWorld:
         except (RuntimeError, ValueError) as exc:
             raise WorldBuildError(f'robot.urdf: Drake cannot parse {path}: {exc}') from None
         self._robot_instance = robot
-        plant.WeldFrames(plant.world_frame(),
-                         plant.GetFrameByName(_root_link(self.robot.urdf_text), robot))
+        root = _root_link(self.robot.urdf_text)
+        if root != 'world':     # a URDF link named 'world' is Drake's world: already fixed
+            plant.WeldFrames(plant.world_frame(), plant.GetFrameByName(root, robot))
         self._joints = []
         for i, name in enumerate(self.joint_names):
             if not plant.HasJointNamed(name, robot):
