@@ -1,4 +1,4 @@
-"""``make demo``: the whole real-to-sim-to-real loop on the default emulated cell.
+"""``make demo``: the whole real-to-sim-to-real loop on an emulated cell (``CELL=``).
 
 Brings up bringup.launch.xml (emulated cell, private DDS domain, discovery LOCALHOST) and
 sends one goal to loop_coordinator's ``~/run_loop``: capture -> reconstruct -> identify ->
@@ -9,7 +9,9 @@ success) and the paths of the PNG plots, then stops the graph.
 Budgets are small but real (the node's own code paths, fewer episodes): training
 ``--train-steps`` twin episodes, ``--trials`` policy executions on the cell, ``--twin-trials``
 twin evaluation episodes; they go into a copy of config/params.yaml in the run directory.
-``make demo-quick`` is the one-minute plumbing demo (one trajectory, no loop).
+``make demo CELL=drake_default`` (or ``--cell-spec``, a path or a shipped cell's name) runs it
+on another cell spec. ``make demo-quick`` is the one-minute plumbing demo (one trajectory, no
+loop).
 """
 from __future__ import annotations
 
@@ -57,6 +59,9 @@ def main(argv=None) -> int:
                     help='run directory (default: a new temporary one)')
     ap.add_argument('--resume', action='store_true', help='skip the stages whose artifacts '
                     'exist in --run-dir')
+    ap.add_argument('--cell-spec', default='',
+                    help='the emulated cell: a cell spec YAML path or the name of a shipped '
+                    'one (config/cells/<name>.yaml, e.g. drake_default); default: default')
     args = ap.parse_args(argv)
 
     from real2sim2real_ros.dds_isolation import isolate
@@ -74,13 +79,22 @@ def main(argv=None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     share = Path(get_package_share_directory('real2sim2real_ros'))
     params = _params_file(share, run_dir, args)
+    launch_args = {'cell': 'emulated', 'run_dir': str(run_dir), 'params_file': str(params)}
+    if args.cell_spec:
+        cell = Path(args.cell_spec).expanduser()
+        if not cell.is_file():
+            cell = share / 'config' / 'cells' / f'{args.cell_spec}.yaml'
+        if not cell.is_file():
+            _say(f'[red]--cell-spec {args.cell_spec}: no such file, and no shipped cell of '
+                 f'that name in {cell.parent}')
+            return 2
+        launch_args['cell_spec'] = str(cell.resolve())
+        _say(f'cell spec {launch_args["cell_spec"]}')
     _say(f'ROS_DOMAIN_ID={domain}, discovery LOCALHOST, run dir {run_dir}')
     _say(f'budgets: train {args.train_steps} twin episodes, {args.trials} cell trials, '
          f'{args.twin_trials} twin evaluation episodes ({params.name})')
     t0 = time.monotonic()
-    graph = LaunchedGraph(share / 'launch' / 'bringup.launch.xml',
-                          {'cell': 'emulated', 'run_dir': str(run_dir),
-                           'params_file': str(params)},
+    graph = LaunchedGraph(share / 'launch' / 'bringup.launch.xml', launch_args,
                           log_dir=run_dir / 'launch_logs').start()
     code = 0
     try:

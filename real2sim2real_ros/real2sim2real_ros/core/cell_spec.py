@@ -23,6 +23,8 @@ SHAPES = ('box', 'cylinder')
 DEPTH_FORMATS = ('32FC1', '16UC1')
 INTEGRATORS = ('Euler', 'RK4', 'implicit', 'implicitfast')
 CONES = ('pyramidal', 'elliptic')
+ENGINES = ('mujoco', 'drake')
+DRAKE_CONTACT_MODELS = ('hydroelastic_with_fallback', 'point')
 
 
 class CellSpecError(ValueError):
@@ -137,6 +139,22 @@ class ContactSpec:
 
 
 @dataclass(frozen=True)
+class DrakeSpec:
+    """What only the Drake engine has (read when ``engine: drake``; see docs/cell_spec.md).
+
+    Objects are compliant-hydroelastic (the table rigid-hydroelastic, the robot point
+    contact); ``point`` makes every contact point contact. Static friction is
+    ``static_friction_ratio`` times each pair's dynamic friction (the spec's ``friction[0]``).
+    """
+    contact_model: str = 'hydroelastic_with_fallback'
+    hydroelastic_modulus: float = 5.0e6        # Pa, objects' compliant layer
+    hunt_crossley_dissipation: float = 5.0     # s/m, every geometry
+    static_friction_ratio: float = 1.3         # static / dynamic, >= 1
+    point_stiffness: float = 2.0e5             # N/m, point contact (robot, fallback)
+    resolution_hint: float = 0.01              # m, compliant meshes' edge length
+
+
+@dataclass(frozen=True)
 class CellSpec:
     name: str
     robot: RobotSpec
@@ -145,6 +163,8 @@ class CellSpec:
     contact: ContactSpec
     cameras: tuple[CameraSpec, ...]
     seed: int = 0
+    engine: str = 'mujoco'                 # hidden truth: only core.world.make_world reads it
+    drake: DrakeSpec = field(default_factory=DrakeSpec)
     source_path: str | None = None         # where the YAML came from, for relative paths
     hidden_truth_note: str = ''
 
@@ -199,6 +219,9 @@ class CellSpec:
             truth[f'geom/{obj.id}/friction'] = obj.friction[0]
             truth[f'geom/{obj.id}/torsional_friction'] = obj.friction[1]
             truth[f'geom/{obj.id}/edge_radius'] = obj.edge_radius
+            if self.engine == 'drake':   # friction[0] is the dynamic value; static above it
+                truth[f'geom/{obj.id}/static_friction'] = (obj.friction[0]
+                                                          * self.drake.static_friction_ratio)
         if joint_names:
             n = len(joint_names)
             for fname, kind, key in (('joint_damping', 'joint', 'damping'),
@@ -505,6 +528,27 @@ def _contact(data: dict, path: str) -> ContactSpec:
     )
 
 
+def _drake(data: dict, path: str) -> DrakeSpec:
+    d = DrakeSpec()
+    _check_keys(data, set(DrakeSpec.__dataclass_fields__), path)
+    return DrakeSpec(
+        contact_model=_choice(data, 'contact_model', f'{path}.contact_model',
+                              DRAKE_CONTACT_MODELS, d.contact_model),
+        hydroelastic_modulus=_num(data, 'hydroelastic_modulus', f'{path}.hydroelastic_modulus',
+                                  d.hydroelastic_modulus, ge=1e3, le=1e12),
+        hunt_crossley_dissipation=_num(data, 'hunt_crossley_dissipation',
+                                       f'{path}.hunt_crossley_dissipation',
+                                       d.hunt_crossley_dissipation, ge=0, le=1e3),
+        static_friction_ratio=_num(data, 'static_friction_ratio',
+                                   f'{path}.static_friction_ratio', d.static_friction_ratio,
+                                   ge=1.0, le=5.0),
+        point_stiffness=_num(data, 'point_stiffness', f'{path}.point_stiffness',
+                             d.point_stiffness, gt=0),
+        resolution_hint=_num(data, 'resolution_hint', f'{path}.resolution_hint',
+                             d.resolution_hint, gt=0, le=0.1),
+    )
+
+
 def load_cell_spec(source: str | os.PathLike | dict[str, Any]) -> CellSpec:
     """Parse and validate a cell spec from a YAML path or an already-loaded mapping."""
     source_path = None
@@ -522,7 +566,7 @@ def load_cell_spec(source: str | os.PathLike | dict[str, Any]) -> CellSpec:
     if not isinstance(data, dict):
         raise CellSpecError('(root): a cell spec must be a YAML mapping')
     _check_keys(data, {'name', 'seed', 'robot', 'table', 'objects', 'contact', 'cameras',
-                       'hidden_truth'}, '')
+                       'hidden_truth', 'engine', 'drake'}, '')
     name = data.get('name', Path(source_path).stem if source_path else 'cell')
     if not isinstance(name, str) or not name:
         _fail('name', 'must be a non-empty string')
@@ -561,6 +605,8 @@ def load_cell_spec(source: str | os.PathLike | dict[str, Any]) -> CellSpec:
         table=table, objects=tuple(objects),
         contact=_contact(_section(data, 'contact', 'contact'), 'contact'),
         cameras=tuple(cameras), source_path=source_path, hidden_truth_note=note,
+        engine=_choice(data, 'engine', 'engine', ENGINES, 'mujoco'),
+        drake=_drake(_section(data, 'drake', 'drake'), 'drake'),
     )
 
 

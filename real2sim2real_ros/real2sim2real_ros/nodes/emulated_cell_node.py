@@ -68,8 +68,9 @@ from .. import qos
 from ..core import camera_model
 from ..core.cell_spec import CellSpecError, default_cell_spec_path, load_cell_spec
 from ..core.depth_noise import encode_depth
-from ..core.emulated_world import EmulatedWorld, WorldBuildError
+from ..core.emulated_world import WorldBuildError
 from ..core.joint_trajectory import JointTrajectoryCommand, TrajectoryError
+from ..core.world import make_world
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
 
@@ -132,7 +133,7 @@ class EmulatedCellNode(Node):
         p = self._declare_parameters()
         try:
             self.spec = load_cell_spec(p['cell_spec'] or default_cell_spec_path())
-            self.world = EmulatedWorld(self.spec, p['robot_description_file'] or None)
+            self.world = make_world(self.spec, p['robot_description_file'] or None)
         except (CellSpecError, WorldBuildError) as exc:
             err = ConfigurationError(f'cell spec {p["cell_spec"] or "(default)"}: {exc}')
             err.node_name = NODE_NAME

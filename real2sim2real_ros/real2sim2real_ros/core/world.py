@@ -1,0 +1,106 @@
+"""The emulated cell's world protocol and the one factory that picks its physics engine.
+
+An emulated cell ("reality") is a :class:`CellWorld`: physics, a ros2_control-style
+joint-trajectory controller, noisy joint sensing, cameras rendering noisy depth. The
+``emulated_cell`` node, the evaluation harness, the benches and the tests use only what this
+protocol names, so any implementation runs under them unchanged. Two exist:
+
+* ``core.emulated_world.EmulatedWorld`` -- MuJoCo (``engine: mujoco``, the default);
+* ``core.drake_world.DrakeWorld`` -- Drake's MultibodyPlant with the SAP solver
+  (``engine: drake``), a model class the MuJoCo twin cannot contain exactly.
+
+The engine is hidden truth like every other spec value: only :func:`make_world` reads
+``spec.engine``; nothing downstream may branch on it (the pipeline sees topics, and the
+harness sees this protocol).
+
+Truth accessors (``spec``, ``object_poses``, ``true_joint_positions``, ``camera_spec``) are
+for the emulator itself and the evaluator; what a real cell gives (joint states, controller
+state, rendered noisy frames, trajectories in) is the rest.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from . import camera_model
+from .cell_spec import CameraSpec, CellSpec
+from .joint_trajectory import JointTrajectoryCommand
+
+ENGINES = ('mujoco', 'drake')
+
+
+@runtime_checkable
+class CellWorld(Protocol):
+    """What the emulated_cell node, the harness and the tests use of an emulated cell.
+
+    Every method takes ``lock`` (re-entrant), so a node may step physics on one thread and
+    render on another. Times are the world's own clock (s, 0 at reset).
+    """
+
+    lock: threading.RLock
+    joint_names: list[str]
+    initial_positions: np.ndarray
+    robot: object          # .urdf_text, .lower, .upper, .velocity_limits, .effort_limits
+
+    @property
+    def spec(self) -> CellSpec: ...          # hidden truth
+
+    @property
+    def time(self) -> float: ...
+
+    @property
+    def timestep(self) -> float: ...
+
+    def reset(self) -> None:
+        """Robot at its initial positions, objects at their spec poses, time 0."""
+
+    def step_for(self, duration: float) -> int:
+        """Advance by ``duration`` (whole steps); returns the number of steps."""
+
+    # sensing (what a real cell publishes)
+    def joint_positions(self) -> np.ndarray: ...
+    def joint_velocities(self) -> np.ndarray: ...
+    def joint_efforts(self) -> np.ndarray: ...
+    def controller_state(self) -> dict: ...
+
+    # control (JTC semantics, core/joint_trajectory.py)
+    def set_trajectory(self, cmd: JointTrajectoryCommand, now: float | None = None): ...
+    def hold(self) -> None: ...
+    def trajectory_done(self) -> bool: ...
+    def actuator_setpoint(self) -> np.ndarray: ...
+
+    # objects (truth and the evaluator's hands)
+    def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]: ...
+    def reset_objects(self, ids=None, poses=None) -> None: ...
+    def true_joint_positions(self) -> np.ndarray: ...
+
+    # cameras
+    def camera_spec(self, name: str) -> CameraSpec: ...
+    def intrinsics(self, name: str) -> camera_model.Intrinsics: ...
+    def render(self, camera: str, noise: bool = True) -> tuple[np.ndarray, np.ndarray]: ...
+    def render_with_time(self, camera: str, noise: bool = True): ...
+
+    def close(self) -> None: ...
+
+
+def make_world(spec: CellSpec, robot_urdf: str | None = None, **kwargs) -> CellWorld:
+    """The emulated cell for ``spec`` on the engine the spec names (``spec.engine``).
+
+    ``robot_urdf`` overrides the spec's robot; ``kwargs`` go to the world's constructor
+    (e.g. ``truth=`` where the world takes a truth door). Build errors raise
+    ``core.emulated_world.WorldBuildError`` naming the part that failed, for either engine.
+    """
+    engine = getattr(spec, 'engine', 'mujoco')
+    if engine == 'drake':
+        from .drake_world import DrakeWorld
+        return DrakeWorld(spec, robot_urdf, **kwargs)
+    if engine == 'mujoco':
+        from .emulated_world import EmulatedWorld
+        return EmulatedWorld(spec, robot_urdf, **kwargs)
+    from .emulated_world import WorldBuildError
+    raise WorldBuildError(f'engine: must be one of {list(ENGINES)}, got {engine!r}')
+
+
+__all__ = ['CellWorld', 'ENGINES', 'make_world']
