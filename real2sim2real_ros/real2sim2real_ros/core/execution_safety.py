@@ -172,6 +172,7 @@ def validate_trajectory(
     start_tolerance: float = 0.05,
     workspace_step: float = 0.05,
     max_points: int = 100_000,
+    max_duration: float = 86_400.0,
     current_velocity: Sequence[float] | None = None,
     fk_lipschitz: Sequence[float] | None = None,
     workspace_tolerance: float = 0.001,
@@ -180,7 +181,8 @@ def validate_trajectory(
     """Check the reference the controller will follow for ``traj`` against ``limits`` and
     ``workspace``; raise TrajectoryViolation on the first problem, with a message naming the
     joint, the point index or time and the values. Any input gives either a result or a
-    TrajectoryViolation (SafetyConfigError only for unusable limits/settings).
+    TrajectoryViolation (SafetyConfigError only for unusable limits/settings). Bounds on
+    the input: ``max_points`` points, ``max_duration`` s.
 
     The reference is :class:`core.joint_trajectory.Spline` through the points (and through
     ``current_position`` at t = 0 when the first point starts later; ``current_velocity``,
@@ -226,7 +228,7 @@ def validate_trajectory(
     v = None if v is None else v[:, order]
     a = None if a is None else a[:, order]
 
-    _check_times(t)
+    _check_times(t, max_duration)
     vmax = limits.velocity * velocity_scale
     _check_positions(q, limits)
     if v is not None:
@@ -269,6 +271,14 @@ def validate_trajectory(
             f'the {kind} segment between points {k + offset} and {k + 1 + offset} cannot be '
             f'interpolated in floating point ({ref_t[k + 1] - ref_t[k]:.3g} s long)')
     extrema = spline.extrema()
+    finite = np.isfinite(extrema.pos_min) & np.isfinite(extrema.pos_max) & np.isfinite(
+        extrema.vel_min) & np.isfinite(extrema.vel_max)
+    if not np.all(finite):
+        k = int(np.flatnonzero(~np.all(finite, axis=1))[0])
+        raise TrajectoryViolation(
+            INVALID_TRAJECTORY,
+            f'the {kind} segment between points {k + offset} and {k + 1 + offset} cannot be '
+            f'interpolated in floating point ({ref_t[k + 1] - ref_t[k]:.3g} s long)')
     if ref_t.size > 1:
         _check_reference_positions(extrema, lower, upper, limits, kind, offset)
         _check_reference_velocities(extrema, ref_t, ref_q, vmax, limits.names, kind, offset)
@@ -350,7 +360,7 @@ def _points_array(values, n, names, what, required=False):
     return arr
 
 
-def _check_times(t):
+def _check_times(t, max_duration):
     if not np.all(np.isfinite(t)):
         i = int(np.flatnonzero(~np.isfinite(t))[0])
         raise TrajectoryViolation(INVALID_TRAJECTORY, f'time_from_start at point {i} is {t[i]}')
@@ -366,6 +376,10 @@ def _check_times(t):
     if t[-1] <= 0:
         raise TrajectoryViolation(INVALID_TRAJECTORY,
                                   'trajectory has zero duration (last time_from_start is 0)')
+    if t[-1] > max_duration:
+        raise TrajectoryViolation(INVALID_TRAJECTORY,
+                                  f'trajectory lasts {t[-1]:.6g} s, longer than the '
+                                  f'{max_duration:g} s allowed')
 
 
 def _check_positions(q, limits: JointLimits):
@@ -479,8 +493,8 @@ def _check_workspace(spline: Spline, speed, fk, ws: Workspace, step, lipschitz, 
         qs = spline.sample(t)[0]
         p = np.asarray(fk(qs)[0], dtype=float).reshape(3)
         margin = np.minimum(p - ws.minimum, ws.maximum - p)
-        if np.any(margin < -_EPS):
-            axis = 'xyz'[int(np.argmin(margin))]
+        if not np.all(margin >= -_EPS):          # NaN from fk counts as outside
+            axis = 'xyz'[int(np.argmin(np.nan_to_num(margin, nan=-np.inf)))]
             knot = np.flatnonzero(np.abs(knots - t) <= 1e-12 * max(1.0, abs(t)))
             where = (f'at point {int(knot[0]) + offset}' if knot.size
                      else _segment_name(k, offset, t))

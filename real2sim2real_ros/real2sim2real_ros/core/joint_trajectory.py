@@ -146,7 +146,7 @@ def spline_coefficients(knots, positions, velocities, accelerations, kind: str) 
     pa, pb, va, vb, aa, ab = p[:-1], p[1:], v[:-1], v[1:], a[:-1], a[1:]
     c = np.zeros((T.shape[0], 6, p.shape[1]))
     c[:, 0] = pa
-    with np.errstate(over='ignore', invalid='ignore'):
+    with np.errstate(over='ignore', invalid='ignore', divide='ignore'):
         if kind == 'linear':
             c[:, 1] = (pb - pa) / T
         elif kind == 'cubic':
@@ -257,7 +257,7 @@ class Spline:
         S, _, J = c.shape
         T = np.diff(self.knots)                            # (S,)
         powers = T[:, None] ** np.arange(6)[None, :]       # (S, 6)
-        with np.errstate(over='ignore', invalid='ignore'):
+        with np.errstate(over='ignore', invalid='ignore', divide='ignore'):
             ps = c * powers[:, :, None]                        # p(s) coefficients, s in [0, 1]
             vs = np.zeros_like(ps)                             # v(s) in rad/s
             k = np.arange(1, 6)
