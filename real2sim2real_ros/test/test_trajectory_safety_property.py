@@ -15,7 +15,6 @@ validated: points, chords and the linear path between points) must find countere
 import math
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -174,7 +173,10 @@ def validate_waypoints_only(traj, current):
     if traj.velocities is not None and np.any(np.abs(traj.velocities) > LIMITS.velocity):
         raise es.TrajectoryViolation(es.VELOCITY_LIMIT_VIOLATION, 'point velocity')
     order = [list(traj.joint_names).index(n) for n in NAMES]
-    pick = (lambda x: None if x is None else np.asarray(x, float)[:, order])
+
+    def pick(x):
+        return None if x is None else np.asarray(x, float)[:, order]
+
     out.command.velocities = pick(traj.velocities)
     out.command.accelerations = pick(traj.accelerations)
     return out
