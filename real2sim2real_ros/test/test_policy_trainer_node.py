@@ -14,7 +14,8 @@ from conftest import package_share, start_graph
 
 pytestmark = pytest.mark.integration
 
-actions = pytest.importorskip('real2sim2real_msgs.action')
+import real2sim2real_msgs.action as actions  # noqa: E402
+
 TR, ER = actions.Train.Result, actions.Evaluate.Result
 STAGES = {'setup', 'demos', 'imitation', 'self_imitation', 'evaluate', 'ppo', 'done'}
 # Small enough for < 60 s on a loaded 2-core machine: 10 demos, one self-imitation round of

@@ -10,7 +10,8 @@ from conftest import TopicListener, start_graph
 
 pytestmark = pytest.mark.integration
 
-Rollout = pytest.importorskip('real2sim2real_msgs.action').Rollout
+from real2sim2real_msgs.action import Rollout  # noqa: E402
+
 RR = Rollout.Result
 NAMES = ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint',
          'wrist_2_joint', 'wrist_3_joint']
