@@ -196,6 +196,12 @@ def test_bad_input_gets_error_codes_and_the_node_keeps_serving(trainer, trained,
     assert ev.error_code == ER.INVALID_CHECKPOINT and 'slide_to_target' in ev.error_msg
     ev = cmd.evaluate_policy(trained[0].checkpoint_path, trials=2, task='juggle', timeout=30)
     assert ev.error_code == ER.UNKNOWN_TASK
+    # Counts: the commander refuses a negative one; the node bounds what arrives (-1 as uint32).
+    with pytest.raises(ValueError, match='trials'):
+        cmd.evaluate_policy(trained[0].checkpoint_path, trials=-1, timeout=30)
+    ev = cmd.run_action(actions.Evaluate, 'policy_trainer/evaluate', actions.Evaluate.Goal(
+        checkpoint_path=trained[0].checkpoint_path, trials=2**32 - 1), timeout=30)
+    assert ev.error_code == ER.INVALID_GOAL and '4294967295' in ev.error_msg
     ev = cmd.evaluate_policy(trained[0].checkpoint_path, trials=2, timeout=30)
     assert ev.error_code == ER.NONE and ev.result.trials == 2
 
