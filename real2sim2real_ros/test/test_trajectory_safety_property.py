@@ -239,7 +239,7 @@ def test_accepted_trajectories_execute_inside_limits_and_workspace():
     assert stats['accepted'] >= 0.1 * total and stats['rejected'] >= 0.2 * total, stats
 
 
-N_BROKEN = 1500
+N_BROKEN = 500
 
 
 @settings(max_examples=N_BROKEN, derandomize=True, deadline=None, database=None,
@@ -257,5 +257,7 @@ def test_a_waypoint_only_validator_fails_the_property():
     stats = {'unsafe': 0, 'accepted': 0, 'cases': 0}
     _broken_property(stats)
     assert stats['cases'] == N_BROKEN
-    # Every 'unsafe' case is a counterexample to the property; there are many.
+    # Every 'unsafe' case is a counterexample to the property; there are many (measured: 61 of
+    # these 500 cases, 35 % of the 173 it accepts; over 10,000 cases 16 % and 42 %).
+    print(f'waypoint-only validator: {stats}')
     assert stats['unsafe'] >= 0.05 * stats['cases'], stats
