@@ -78,6 +78,22 @@ def expected_graph(cell: str = 'emulated') -> dict:
     return {k: v for k, v in GRAPH.items() if cell == 'emulated' or k not in EMULATED_ONLY}
 
 
+UINT32_MAX = 2**32 - 1
+
+
+def count_field(name: str, value, upper: int = UINT32_MAX) -> int:
+    """``value`` as a count for a uint32 goal/request field, refused (ValueError naming the
+    field) when it is not a whole number in [0, ``upper``]: rosidl would otherwise send -1 as
+    4294967295."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f'{name} must be a whole number, got {value!r}') from None
+    if n != value or not 0 <= n <= upper:
+        raise ValueError(f'{name} must be a whole number in [0, {upper}], got {value!r}')
+    return n
+
+
 class CommanderError(RuntimeError):
     """A service or action could not be reached or answered in time."""
 
@@ -307,8 +323,8 @@ class Commander:
 
     def sim_step(self, steps: int = 1, timeout: float = 60.0) -> StepSim.Response:
         """Advance the paused twin by ``steps`` physics steps."""
-        return self.call(StepSim, 'sim_server/step', StepSim.Request(steps=int(steps)),
-                         timeout=timeout)
+        req = StepSim.Request(steps=count_field('steps', steps))
+        return self.call(StepSim, 'sim_server/step', req, timeout=timeout)
 
     def set_physical_parameters(self, values) -> SetPhysicalParameters.Response:
         """``values``: {name: value} or PhysicalParameter messages."""
@@ -351,7 +367,8 @@ class Commander:
         """Identify the twin's parameters (live probes through the ARMED executor when no bags
         are given). Returns the Identify result."""
         goal = Identify.Goal(bag_paths=[str(b) for b in bag_paths],
-                             parameter_names=list(parameter_names), num_probes=int(num_probes),
+                             parameter_names=list(parameter_names),
+                             num_probes=count_field('num_probes', num_probes),
                              run_dir=str(run_dir))
         return self.run_action(Identify, 'system_identification/identify', goal,
                                feedback=feedback, timeout=timeout, cancel_after=cancel_after)
@@ -365,7 +382,8 @@ class Commander:
         ``total_steps`` 0 = the node's budget). Feedback: stage, progress, twin_success_rate.
         Returns the Train result (checkpoint_path, twin_result)."""
         goal = Train.Goal(task=str(task), parameters_path=str(parameters_path),
-                          randomize=bool(randomize), total_steps=int(total_steps),
+                          randomize=bool(randomize),
+                          total_steps=count_field('total_steps', total_steps),
                           demo_bags=[str(b) for b in demo_bags], run_dir=str(run_dir))
         return self.run_action(Train, 'policy_trainer/train', goal, feedback=feedback,
                                timeout=timeout, cancel_after=cancel_after)
@@ -376,7 +394,7 @@ class Commander:
         """Evaluate a checkpoint in the twin it was trained in (``trials`` 0 = the node's
         eval_trials). Feedback: trials_done, success_rate. Returns the Evaluate result."""
         goal = Evaluate.Goal(checkpoint_path=str(checkpoint_path), task=str(task),
-                             trials=int(trials))
+                             trials=count_field('trials', trials))
         return self.run_action(Evaluate, 'policy_trainer/evaluate', goal, feedback=feedback,
                                timeout=timeout, cancel_after=cancel_after)
 

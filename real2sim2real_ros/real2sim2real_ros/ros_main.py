@@ -3,12 +3,21 @@
 Explicit ``rclpy.init()`` with try/finally shutdown (the ``with rclpy.init()`` form fails on
 Jazzy), a multi-threaded executor so action callbacks and timers run side by side, and a
 clean exit on SIGINT/SIGTERM (what the launch runner and ``ros2 launch`` send).
+
+A bug in one callback never takes the node down silently: :func:`guard_callbacks` wraps every
+service, subscription and timer callback the node created in its constructor, so an exception
+is logged with its traceback and a service request is answered (``success`` False and
+``message`` / ``error_msg`` naming the exception) while the node keeps serving. An exception
+that still ends the spin is logged and the process exits with code 1, never 0.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import signal
 import sys
 import threading
+import traceback
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
@@ -28,13 +37,20 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
     executor = spinner = None
     try:
         node = node_factory()
+        guard_callbacks(node)
         executor = MultiThreadedExecutor(num_threads=num_threads)
         executor.add_node(node)
-        spinner = threading.Thread(target=_spin, args=(executor, stop), daemon=True)
+        failure: list[BaseException] = []
+        spinner = threading.Thread(target=_spin, args=(executor, stop, failure), daemon=True)
         spinner.start()
         while not stop.wait(0.1) and rclpy.ok():
             pass
         stop.set()
+        if failure:
+            text = ''.join(traceback.format_exception(failure[0]))
+            print(f'[{getattr(node, "get_name", lambda: "node")()}] the executor stopped on an '
+                  f'exception; exiting:\n{text}', file=sys.stderr, flush=True)
+            code = 1
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except ConfigurationError as exc:
@@ -63,13 +79,77 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
     return code
 
 
-def _spin(executor, stop: threading.Event):
+def _spin(executor, stop: threading.Event, failure: list):
     try:
         executor.spin()
-    except Exception:  # noqa: BLE001 - shutdown races end the spin; the main thread exits
-        pass
+    except Exception as exc:  # noqa: BLE001 - reported by run_node unless shutting down
+        if not stop.is_set() and rclpy.ok():
+            failure.append(exc)
     finally:
         stop.set()
+
+
+_ERROR_FIELDS = ('message', 'error_msg', 'error_message')
+
+
+def guard_callbacks(node) -> int:
+    """Wrap the callbacks of ``node``'s services, subscriptions and timers so an exception is
+    logged (with its traceback) instead of ending the executor; a service then answers with
+    ``success = False`` and the exception in its message field. Returns how many were wrapped.
+    Idempotent; coroutine callbacks are left as they are. Action servers need no wrapping:
+    rclpy aborts a goal whose execute callback raises."""
+    count = 0
+    for srv in node.services:
+        if not (getattr(srv.callback, '_r2s2r_guarded', False)
+                or inspect.iscoroutinefunction(srv.callback)):
+            srv.callback = _guard_service(node, srv)
+            count += 1
+    for what, items, label in (('subscription', node.subscriptions, 'topic_name'),
+                               ('timer', node.timers, None)):
+        for item in items:
+            cb = getattr(item, 'callback', None)
+            if (cb is None or getattr(cb, '_r2s2r_guarded', False)
+                    or inspect.iscoroutinefunction(cb)):
+                continue
+            name = f'{what} {getattr(item, label, "")}'.strip() if label else what
+            item.callback = _guard_plain(node, name, cb)
+            count += 1
+    return count
+
+
+def _guard_service(node, srv):
+    callback, name = srv.callback, srv.service_name
+
+    @functools.wraps(callback)
+    def guarded(request, response):
+        try:
+            return callback(request, response)
+        except Exception as exc:  # noqa: BLE001 - any bug in a handler: answer and keep serving
+            node.get_logger().error(f'service {name}: the handler raised; answered with an '
+                                    f'error:\n{traceback.format_exc()}')
+            response = srv.srv_type.Response()
+            text = f'internal error in {name}: {type(exc).__name__}: {exc}'
+            if hasattr(response, 'success'):
+                response.success = False
+            for field in _ERROR_FIELDS:
+                if hasattr(response, field):
+                    setattr(response, field, text)
+            return response
+    guarded._r2s2r_guarded = True
+    return guarded
+
+
+def _guard_plain(node, name, callback):
+    @functools.wraps(callback)
+    def guarded(*args, **kwargs):
+        try:
+            return callback(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - one bad message or tick must not end the node
+            node.get_logger().error(f'{name}: the callback raised (the node keeps running):\n'
+                                    f'{traceback.format_exc()}')
+            return None
+    guarded._r2s2r_guarded = True
+    return guarded
 
 
 class ConfigurationError(Exception):

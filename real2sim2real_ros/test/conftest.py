@@ -3,13 +3,74 @@
 Every process a test starts inherits ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a
 ROS_DOMAIN_ID that no other concurrent run holds (real2sim2real_ros.dds_isolation), so
 parallel runs on one machine never see each other and no DDS traffic leaves the machine.
+
+Skips are visible: a run with a skip that is not on ALLOWED_SKIPS ends with a failing exit
+status and lists it. Everything in requirements.txt and the package's own built interfaces
+must import; only what no registry carries may be skipped.
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 
 import pytest
+
+# Skips expected on a machine built from requirements.txt: (node id pattern, fnmatch, relative
+# to the test folder) -> why. Anything else that skips fails the run.
+ALLOWED_SKIPS = {
+    'test_launch_pytest_lab.py':
+        'launch_pytest / launch / launch_xml are on no package registry: lab machines only '
+        '(test_cell_integration.py runs the same graph through the launch runner)',
+    'test_object_identification.py::test_probe_bags_round_trip_and_refit[[]303]':
+        'the strike bag format holds one cell: the round trip runs for the default cell only',
+}
+
+_skipped: list[tuple[str, str]] = []
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+def _record_skip(report):
+    if report.skipped and not hasattr(report, 'wasxfail'):
+        _skipped.append((report.nodeid, _skip_reason(report)))
+
+
+def pytest_runtest_logreport(report):
+    _record_skip(report)
+
+
+def pytest_collectreport(report):
+    _record_skip(report)
+
+
+def unexpected_skips(skipped, allowed=ALLOWED_SKIPS) -> list[tuple[str, str]]:
+    """The (node id, reason) pairs of ``skipped`` that no pattern of ``allowed`` matches."""
+    out = []
+    for nodeid, reason in skipped:
+        name = nodeid.split('/')[-1]
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in allowed):
+            out.append((nodeid, reason))
+    return out
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if unexpected_skips(_skipped) and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    bad = unexpected_skips(_skipped)
+    if bad:
+        terminalreporter.section('unexpected skips (not on conftest.ALLOWED_SKIPS)', red=True)
+        for nodeid, reason in bad:
+            terminalreporter.line(f'{nodeid}: {reason}', red=True)
+        terminalreporter.line(f'{len(bad)} unexpected skip(s): the run fails', red=True)
 
 
 def pytest_configure(config):
@@ -50,10 +111,8 @@ def launch_file(name: str) -> Path:
 
 @pytest.fixture(scope='session')
 def share_dir() -> Path:
-    try:
-        return package_share()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f'real2sim2real_ros is not built/sourced (run via `make test`): {exc}')
+    """The installed package share (a missing build fails: run via `make test`)."""
+    return package_share()
 
 
 def start_graph(launch_name: str, launch_args: dict, tmp_path: Path):

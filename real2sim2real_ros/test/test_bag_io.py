@@ -34,8 +34,6 @@ RELIABLE_LATCHED = [{
     'liveliness_lease_duration': {'sec': 0, 'nsec': 0},
     'avoid_ros_namespace_conventions': False}]
 
-needs_msgs = pytest.mark.skipif(package_share_directory('real2sim2real_msgs') is None,
-                                reason='real2sim2real_msgs is not built/sourced')
 
 
 def joint_state(i):
@@ -74,7 +72,6 @@ def expected_stream(rng):
     return out
 
 
-@needs_msgs
 @pytest.mark.parametrize('compress', [False, True])
 def test_round_trip_is_exact(tmp_path, compress):
     stream = expected_stream(np.random.default_rng(0))
@@ -109,7 +106,6 @@ def test_round_trip_is_exact(tmp_path, compress):
     assert info['start_ns'] == T0 and info['end_ns'] == T0 + 300_000_001
 
 
-@needs_msgs
 def test_custom_type_hash_matches_rosidl(tmp_path):
     """The schema hash we compute from the .msg equals the one rosidl generated at build."""
     share = package_share_directory('real2sim2real_msgs')

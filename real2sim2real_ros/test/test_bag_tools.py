@@ -14,9 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-rclpy = pytest.importorskip('rclpy', reason='rclpy (ROS 2) is not installed')
-
+import rclpy  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rclpy.serialization import deserialize_message  # noqa: E402

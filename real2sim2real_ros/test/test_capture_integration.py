@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 from conftest import launch_file, start_graph
 
-pytest.importorskip('rclpy')
-
 CAMERAS = ['camera', 'camera_left', 'camera_front', 'camera_back']
 
 
@@ -46,6 +44,11 @@ def test_capture_and_offline_replay(multiview, tmp_path):
     t0 = time.monotonic()
     result = capture(num_views=4, feedback=feedback.append, timeout=60.0)
     capture_s = time.monotonic() - t0
+    # Counts: refused before sending when negative; bounded by the node when huge.
+    with pytest.raises(ValueError, match='num_views'):
+        capture(num_views=-1, timeout=10.0)
+    huge = capture(num_views=2**32 - 1, timeout=30.0)
+    assert huge.error_code == 7 and '4294967295' in huge.error_msg     # INVALID_GOAL
     assert result.error_code == 0, result.error_msg
     assert result.capture_set.num_views == 4
     assert [(f.views_done, f.views_total) for f in feedback][-1] == (4, 4)

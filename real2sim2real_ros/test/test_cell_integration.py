@@ -16,7 +16,8 @@ from real2sim2real_ros.topic_listener import TopicListener
 
 pytestmark = pytest.mark.integration
 
-ExecuteTrajectory = pytest.importorskip('real2sim2real_msgs.action').ExecuteTrajectory
+from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
+
 R = ExecuteTrajectory.Result
 
 

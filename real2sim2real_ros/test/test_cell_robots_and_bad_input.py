@@ -19,10 +19,7 @@ from real2sim2real_ros.core.robot_description import find_package_dir
 
 
 def _robots() -> Path:
-    try:
-        return find_package_dir('example-robot-data') / 'robots'
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f'example-robot-data is not installed: {exc}')
+    return find_package_dir('example-robot-data') / 'robots'   # a requirement
 
 
 def _cell_for(urdf: Path, n_joints: int) -> dict:
@@ -39,7 +36,7 @@ def _cell_for(urdf: Path, n_joints: int) -> dict:
                                  'so_arm_description/urdf/so101.urdf'],
                          ids=['ur5', 'so101'])
 def test_foreign_robot_tracks_a_trajectory_in_the_emulated_cell(rel):
-    pytest.importorskip('collada', reason='pycollada converts UR5 DAE meshes')
+    import collada  # noqa: F401 - pycollada converts UR5 DAE meshes
     urdf = _robots() / rel
     world = EmulatedWorld(load_cell_spec(_cell_for(urdf, 0)))
     try:

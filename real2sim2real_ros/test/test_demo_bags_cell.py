@@ -19,7 +19,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-actions = pytest.importorskip('real2sim2real_msgs.action')
+import real2sim2real_msgs.action as actions  # noqa: E402
+
 TR = actions.Train.Result
 SMALL = {'bc_epochs': 120, 'self_imitation_rounds': 1, 'self_imitation_episodes': 6,
          'ppo_iterations': 1, 'ppo_batch_size': 8, 'eval_trials': 6}

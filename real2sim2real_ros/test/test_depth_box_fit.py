@@ -8,6 +8,7 @@ import copy
 from pathlib import Path
 
 import numpy as np
+import open3d as o3d  # noqa: E402
 import pytest
 import yaml
 
@@ -15,8 +16,6 @@ from real2sim2real_ros.core import camera_model
 from real2sim2real_ros.core.cell_spec import load_cell_spec
 from real2sim2real_ros.core.depth_noise import depth_sigma
 from real2sim2real_ros.core.emulated_world import EmulatedWorld
-
-o3d = pytest.importorskip('open3d')
 
 CELLS = Path(__file__).resolve().parents[1] / 'config' / 'cells'
 BOX = dict(size=(0.10, 0.08, 0.06), xy=(0.60, 0.0), yaw=0.4)

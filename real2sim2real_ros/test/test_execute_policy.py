@@ -23,7 +23,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-ExecutePolicy = pytest.importorskip('real2sim2real_msgs.action').ExecutePolicy
+from real2sim2real_msgs.action import ExecutePolicy  # noqa: E402
+
 P = ExecutePolicy.Result
 TRUTH_TOPIC = '/emulated_cell/true_object_poses'
 TRACKED_TOPIC = '/tracked_objects'

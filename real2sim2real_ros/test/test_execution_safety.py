@@ -213,7 +213,7 @@ def test_stop_ramp_stays_inside_joint_limits():
 
 
 def test_default_cell_arm_limits_and_workspace_with_real_fk():
-    rd = pytest.importorskip('real2sim2real_ros.core.robot_description')
+    from real2sim2real_ros.core import robot_description as rd
     robot = rd.load_robot(rd.default_cell_urdf())
     limits = JointLimits.from_robot(robot)
     assert limits.names == robot.joint_names
@@ -233,3 +233,121 @@ def test_default_cell_arm_limits_and_workspace_with_real_fk():
     out = validate_trajectory(Trajectory(limits.names, np.array([2.0]), up[None, :]), limits,
                               home, fk=robot.fk, workspace=ws)
     assert out.workspace_samples == 7      # 0.3 rad in 0.05 rad steps: 6 sub-segments
+
+
+# ------------------------------------------------------------- the reference between points
+
+def _chords_and_points_pass(t, q, v, lim, q0):
+    """What a waypoint-only check accepts: points in limits, point velocities and the chord
+    speed |dq|/dt of every segment (from q0 at t = 0) within the velocity limits."""
+    tt, qq = np.concatenate([[0.0], t]), np.vstack([q0, q])
+    chord = np.abs(np.diff(qq, axis=0)) / np.diff(tt)[:, None]
+    return (np.all((q >= lim.lower) & (q <= lim.upper)) and np.all(chord <= lim.velocity)
+            and (v is None or np.all(np.abs(v) <= lim.velocity)))
+
+
+def test_cubic_overshoot_between_valid_points_is_a_joint_limit_violation():
+    # 1.9 rad at t = 4 s moving at +1 rad/s, then stop at 1.9 rad at t = 6 s: the cubic runs
+    # on past the point to 1.9 + 4/27 * ... = 2.196 rad at t = 4.667 s; the limit is 2.0.
+    t = np.array([4.0, 6.0])
+    q = np.array([[1.9, 0.0], [1.9, 0.0]])
+    v = np.array([[1.0, 0.0], [0.0, 0.0]])
+    assert _chords_and_points_pass(t, q, v, LIMITS, [0.0, 0.0])
+    msg = violation(es.JOINT_LIMIT_VIOLATION, traj(t, q, velocities=v), LIMITS, [0.0, 0.0])
+    assert "'shoulder'" in msg and 'between points 0 and 1' in msg and 'cubic' in msg
+    assert 't = 4.667 s' in msg and '2.1963 rad' in msg and '2.0000' in msg, msg
+    # The same points without velocities are linear and fine.
+    validate_trajectory(traj(t, q), LIMITS, [0.0, 0.0])
+
+
+def test_cubic_velocity_peak_between_points_is_a_velocity_violation():
+    # From rest to 1.9 rad in 2 s arriving at 1 rad/s: chord 0.95 rad/s, point velocities
+    # 0 and 1, both at most the 1 rad/s limit, but the cubic peaks at 1.2676 rad/s.
+    t, q, v = np.array([2.0]), np.array([[1.9, 0.0]]), np.array([[1.0, 0.0]])
+    assert _chords_and_points_pass(t, q, v, LIMITS, [0.0, 0.0])
+    msg = violation(es.VELOCITY_LIMIT_VIOLATION, traj(t, q, velocities=v), LIMITS, [0.0, 0.0])
+    assert "'shoulder'" in msg and 'between points -1 and 0' in msg and '+1.2676 rad/s' in msg
+    assert 't = 1.370 s' in msg and '1.0000 rad/s' in msg, msg
+
+
+def test_quintic_overshoot_is_checked_and_is_the_cells_spline():
+    # Rest to 1.9 rad in 1 s ending with +40 rad/s^2: the quintic peaks at 2.2309 rad.
+    acc = np.array([[0.0, 0.0], [40.0, 0.0]])
+    t = Trajectory(NAMES, np.array([0.0, 1.0]), np.array([[0.0, 0.0], [1.9, 0.0]]),
+                   np.array([[0.0, 0.0], [0.0, 0.0]]), acc)
+    lim = JointLimits(NAMES, [-2.0, -2.5], [2.0, 2.5], [10.0, 10.0])
+    msg = violation(es.JOINT_LIMIT_VIOLATION, t, lim, [0.0, 0.0])
+    assert 'quintic' in msg and "'shoulder'" in msg and '2.2309 rad' in msg and '0.745' in msg
+    # Accepted quintic: the tracking reference is the emulated cell's reference, sample by sample.
+    from real2sim2real_ros.core.joint_trajectory import JointTrajectoryCommand, TrajectoryFollower
+    t.accelerations = np.array([[0.0, 0.0], [-3.0, 0.0]])
+    out = validate_trajectory(t, lim, [0.0, 0.0])
+    assert out.reference.kind == 'quintic'
+    cell = TrajectoryFollower(list(NAMES), np.zeros(2))
+    cell.set_trajectory(JointTrajectoryCommand(list(NAMES), t.times, t.positions, t.velocities,
+                                               t.accelerations), now=0.0)
+    for s in np.linspace(0.0, 1.2, 25):
+        np.testing.assert_allclose(out.reference.sample(s), cell.sample(s)[0], atol=1e-12)
+
+
+def test_accelerations_without_velocities_are_refused():
+    t = Trajectory(NAMES, np.array([1.0]), np.array([[0.1, 0.0]]), None, np.zeros((1, 2)))
+    assert 'without velocities' in violation(es.INVALID_TRAJECTORY, t, LIMITS, [0.0, 0.0])
+
+
+def test_start_segment_may_return_into_the_limits_but_not_go_further_out():
+    q0 = [2.05, 0.0]                    # the arm is 0.05 rad past the shoulder's upper limit
+    validate_trajectory(traj([1.0], [[1.8, 0.0]]), LIMITS, q0)
+    validate_trajectory(traj([1.0], [[1.8, 0.0]], velocities=[[-0.5, 0.0]]), LIMITS, q0)
+    # Still moving outwards at +0.5 rad/s when the cubic starts: it swings further out first.
+    msg = violation(es.JOINT_LIMIT_VIOLATION, traj([1.0], [[1.8, 0.0]], velocities=[[0.0, 0.0]]),
+                    LIMITS, q0, current_velocity=[0.5, 0.0])
+    assert 'between points -1 and 0' in msg and "'shoulder'" in msg and '2.08' in msg, msg
+
+
+def test_cubic_tip_leaves_workspace_between_points():
+    # Elbow straight; the shoulder goes 0 -> 0.6 rad arriving at 1 rad/s and stops there: the
+    # cubic overshoots to ~0.75 rad, the tip rises past z = 0.9 sin(0.7) = 0.58 m.
+    ws = Workspace([-1.0, -1.0, -1.0], [1.0, 1.0, 0.9 * math.sin(0.7)])
+    lim = JointLimits(NAMES, [-2.0, -2.5], [2.0, 2.5], [2.0, 2.0])
+    t = traj([1.0, 2.0], [[0.6, 0.0], [0.6, 0.0]], velocities=[[1.0, 0.0], [0.0, 0.0]])
+    assert ws.contains(planar_fk([0.6, 0.0])[0])
+    msg = violation(es.WORKSPACE_VIOLATION, t, lim, [0.0, 0.0], fk=planar_fk, workspace=ws)
+    assert 'between points 0 and 1' in msg and 'out on z' in msg
+
+
+def test_lipschitz_certifies_the_gaps_between_coarse_samples():
+    # The shoulder sweeps -1.5 -> 1.5 rad; the tip's x peaks at 0.9 m half-way. With a 1 rad
+    # step the samples (x = 0.064, 0.79, 0.79, 0.064 m) all pass a box x <= 0.88 m; the
+    # Lipschitz bound (0.9 + 0.4 m/rad) finds the samples do not cover the gap and refines.
+    ws = Workspace([-1.0, -1.0, -1.0], [0.88, 1.0, 1.0])
+    lim = JointLimits(NAMES, [-2.0, -2.5], [2.0, 2.5], [2.0, 2.0])
+    t = traj([0.0, 3.0], [[-1.5, 0.0], [1.5, 0.0]])
+    out = validate_trajectory(t, lim, [-1.5, 0.0], fk=planar_fk, workspace=ws, workspace_step=1.0)
+    assert out.workspace_samples == 4 and out.workspace_bound == math.inf
+    msg = violation(es.WORKSPACE_VIOLATION, t, lim, [-1.5, 0.0], fk=planar_fk, workspace=ws,
+                    workspace_step=1.0, fk_lipschitz=[0.9, 0.4])
+    assert 'out on x' in msg
+    # A box the sweep stays inside: accepted, with the stated bound, few extra samples.
+    wide = Workspace([-1.0, -1.0, -1.0], [0.95, 1.0, 1.0])
+    ok = validate_trajectory(t, lim, [-1.5, 0.0], fk=planar_fk, workspace=wide,
+                             workspace_step=1.0, fk_lipschitz=[0.9, 0.4])
+    assert ok.workspace_bound == 0.001 and 4 < ok.workspace_samples < 200
+
+
+def test_fk_lipschitz_bound_holds_for_the_cell_arm():
+    from real2sim2real_ros.core import robot_description as rd
+    robot = rd.load_robot(rd.default_cell_urdf())
+    lip = es.fk_lipschitz_bound(robot)
+    # Pan joint to tool tip through the URDF's offsets: 0.135 + |(0.45, -0.135, 0)| + 0.40 +
+    # 0.09 + 0.09 + 0.06 + 0.1 = 1.3448 m; each joint further out reaches less.
+    assert lip[0] == pytest.approx(1.3448, abs=1e-4) and np.all(lip[:-1] >= lip[1:])
+    rng = np.random.default_rng(3)
+    worst = 0.0
+    for _ in range(300):
+        q = rng.uniform(robot.lower, robot.upper)
+        dq = rng.normal(size=6)
+        h = 1e-6
+        speed = np.linalg.norm(robot.fk(q + h * dq)[0] - robot.fk(q)[0]) / h
+        worst = max(worst, speed / float(lip @ np.abs(dq)))
+    assert worst <= 1.0 + 1e-4, worst

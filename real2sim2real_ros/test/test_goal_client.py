@@ -10,7 +10,7 @@ import pytest
 from conftest import wait_future
 
 pytestmark = pytest.mark.integration
-rclpy = pytest.importorskip('rclpy')
+import rclpy  # noqa: E402,F401 - the ROS client library must import
 
 
 def test_accepted_goal_gives_its_result_and_feedback(capture_server):

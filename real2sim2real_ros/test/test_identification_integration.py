@@ -9,7 +9,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-Identify = pytest.importorskip('real2sim2real_msgs.action').Identify
+from real2sim2real_msgs.action import Identify  # noqa: E402
+
 IR = Identify.Result
 
 

@@ -513,7 +513,7 @@ def test_node_that_cannot_start_fails_the_launch_and_stops_the_others(ws):
 
 def test_rcl_reads_the_generated_command_line(ws, tmp_path):
     """End to end with a real rclpy node: names, namespace, params file + -p overrides."""
-    pytest.importorskip('rclpy', reason='rclpy is needed to check what rcl parses')
+    import rclpy  # noqa: F401 - rcl parses the file below
     echo = ws.exe.parent / 'ros_echo'
     echo.write_text(f'#!{sys.executable}\n' + ROS_ECHO_NODE.read_text())
     echo.chmod(0o755)

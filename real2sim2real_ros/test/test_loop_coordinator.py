@@ -21,7 +21,8 @@ from conftest import package_share, start_graph
 
 pytestmark = pytest.mark.integration
 
-actions = pytest.importorskip('real2sim2real_msgs.action')
+import real2sim2real_msgs.action as actions  # noqa: E402
+
 RR = actions.RunLoop.Result
 STAGES = ['capture', 'reconstruct', 'identify', 'train', 'execute', 'evaluate']
 TASK = 'slide_to_target'

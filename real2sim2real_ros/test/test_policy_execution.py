@@ -33,7 +33,29 @@ def limits(robot):
 
 @pytest.fixture(scope='module')
 def gate(robot, limits):
-    return pe.SafetyGate(limits, robot.fk, WORKSPACE)
+    # As the executor builds it: the FK Lipschitz bound certifies the tip between samples.
+    return pe.SafetyGate(limits, robot.fk, WORKSPACE, fk_lipschitz=es.fk_lipschitz_bound(robot))
+
+
+def test_the_gate_checks_the_cubic_between_the_points(gate, limits):
+    """A motion whose points and chords are all inside the limits, but whose cubic runs the
+    elbow past its upper limit (pi) after the point at t = 2 s: refused, nothing sent."""
+    q0 = np.array(READY_POSE, float)
+    q1 = q0.copy()
+    q1[2] = 3.0
+    v1 = np.zeros(6)
+    v1[2] = 1.5
+    traj = es.Trajectory(limits.names, np.array([2.0, 3.0]), np.vstack([q1, q1]),
+                         np.vstack([v1, np.zeros(6)]))
+    assert np.all(traj.positions <= limits.upper) and np.all(np.abs(v1) <= limits.velocity)
+    with pytest.raises(pe.ExecutionError) as info:
+        gate.validate(traj, q0, 'strike')
+    assert info.value.kind == pe.LIMIT_VIOLATION
+    assert "'elbow_joint'" in info.value.message and 'cubic' in info.value.message
+    assert '3.2222 rad' in info.value.message and 't = 2.333 s' in info.value.message
+    # The same points without velocities (linear) pass.
+    ok = gate.validate(es.Trajectory(limits.names, traj.times, traj.positions), q0, 'strike')
+    assert ok.workspace_bound == 0.001
 
 
 @pytest.fixture(scope='module')

@@ -14,7 +14,8 @@ from conftest import package_share, start_graph
 
 pytestmark = pytest.mark.integration
 
-actions = pytest.importorskip('real2sim2real_msgs.action')
+import real2sim2real_msgs.action as actions  # noqa: E402
+
 TR, ER = actions.Train.Result, actions.Evaluate.Result
 STAGES = {'setup', 'demos', 'imitation', 'self_imitation', 'evaluate', 'ppo', 'done'}
 # Small enough for < 60 s on a loaded 2-core machine: 10 demos, one self-imitation round of
@@ -195,6 +196,12 @@ def test_bad_input_gets_error_codes_and_the_node_keeps_serving(trainer, trained,
     assert ev.error_code == ER.INVALID_CHECKPOINT and 'slide_to_target' in ev.error_msg
     ev = cmd.evaluate_policy(trained[0].checkpoint_path, trials=2, task='juggle', timeout=30)
     assert ev.error_code == ER.UNKNOWN_TASK
+    # Counts: the commander refuses a negative one; the node bounds what arrives (-1 as uint32).
+    with pytest.raises(ValueError, match='trials'):
+        cmd.evaluate_policy(trained[0].checkpoint_path, trials=-1, timeout=30)
+    ev = cmd.run_action(actions.Evaluate, 'policy_trainer/evaluate', actions.Evaluate.Goal(
+        checkpoint_path=trained[0].checkpoint_path, trials=2**32 - 1), timeout=30)
+    assert ev.error_code == ER.INVALID_GOAL and '4294967295' in ev.error_msg
     ev = cmd.evaluate_policy(trained[0].checkpoint_path, trials=2, timeout=30)
     assert ev.error_code == ER.NONE and ev.result.trials == 2
 

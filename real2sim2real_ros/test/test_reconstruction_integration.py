@@ -20,8 +20,6 @@ import numpy as np
 import pytest
 from conftest import launch_file, start_graph
 
-pytest.importorskip('rclpy')
-
 CAMERAS = ['camera', 'camera_left', 'camera_front', 'camera_back']
 pytestmark = pytest.mark.integration
 

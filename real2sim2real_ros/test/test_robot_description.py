@@ -6,7 +6,6 @@ import mujoco
 import numpy as np
 import pytest
 
-from real2sim2real_ros.core.mesh_conversion import MeshError
 from real2sim2real_ros.core.robot_description import (
     CELL_ARM_HOME,
     RobotDescriptionError,
@@ -27,10 +26,7 @@ def cell_arm(mesh_cache):
 
 
 def _erd_robots():
-    try:
-        return find_package_dir('example-robot-data') / 'robots'
-    except MeshError:
-        pytest.skip('example-robot-data is not installed')
+    return find_package_dir('example-robot-data') / 'robots'   # a requirement
 
 
 def _track_ramp(robot, model, delta=0.2, ramp_s=1.0, total_s=2.0):
@@ -217,7 +213,7 @@ def test_bad_gain_config_is_named(mesh_cache):
 
 
 def test_same_basename_meshes_stay_distinct_and_cached(tmp_path):
-    trimesh = pytest.importorskip('trimesh')
+    import trimesh
     (tmp_path / 'a').mkdir()
     (tmp_path / 'b').mkdir()
     trimesh.creation.box(extents=[0.1, 0.1, 0.1]).export(tmp_path / 'a' / 'part.stl')
@@ -246,7 +242,7 @@ def test_same_basename_meshes_stay_distinct_and_cached(tmp_path):
 
 
 def test_ur5_converts_with_dae_meshes_and_tracks(mesh_cache):
-    pytest.importorskip('collada', reason='pycollada is needed to read the UR5 DAE visuals')
+    import collada  # noqa: F401 - pycollada reads the UR5 DAE visuals
     robots = _erd_robots()
     robot = load_robot(robots / 'ur_description/urdf/ur5_robot.urdf', mesh_cache_dir=mesh_cache)
     model = robot.compile()

@@ -36,11 +36,8 @@ UR5_CELL = default_cell_spec_path().replace('default.yaml', 'ur5.yaml')
 
 @pytest.fixture(scope='module')
 def ur5_urdf():
-    pytest.importorskip('collada', reason='pycollada converts the UR5 DAE meshes')
-    try:
-        find_package_dir('example-robot-data')
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f'example-robot-data is not installed: {exc}')
+    import collada  # noqa: F401 - pycollada converts the UR5 DAE meshes (a requirement)
+    find_package_dir('example-robot-data')      # a requirement: fails loudly when missing
     return ur5_with_pusher_urdf()
 
 

@@ -10,7 +10,8 @@ from conftest import TopicListener, start_graph
 
 pytestmark = pytest.mark.integration
 
-Rollout = pytest.importorskip('real2sim2real_msgs.action').Rollout
+from real2sim2real_msgs.action import Rollout  # noqa: E402
+
 RR = Rollout.Result
 NAMES = ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint',
          'wrist_2_joint', 'wrist_3_joint']
@@ -127,6 +128,30 @@ def test_pause_step_reset_and_joint_states(sim):
     finally:
         listener.close()
         sim.sim_pause(True)
+
+
+def test_bad_counts_and_parameter_batches_leave_the_node_serving(sim):
+    """A huge step count is refused (it used to raise in the callback and end the node), a
+    negative one never leaves the commander, a batch with one bad value changes nothing and
+    friction 1e9 is above its bound."""
+    from real2sim2real_ros.nodes.sim_server_node import MAX_STEPS_PER_CALL
+    assert sim.sim_pause(True).success
+    t0 = sim.sim_step(1).sim_time
+    from real2sim2real_msgs.srv import StepSim
+    huge = sim.call(StepSim, 'sim_server/step', StepSim.Request(steps=2**32 - 1), timeout=30)
+    assert not huge.success and f'more than the {MAX_STEPS_PER_CALL}' in huge.message
+    with pytest.raises(ValueError, match='steps'):
+        sim.sim_step(-1)
+    after = sim.sim_step(10)                       # still serving, time moved by 10 steps only
+    assert after.success and after.sim_time - t0 == pytest.approx(0.01, abs=1e-9)
+    name = 'joint/elbow_joint/damping'
+    (before,) = sim.get_physical_parameters([name]).parameters
+    batch = sim.set_physical_parameters({name: before.value + 0.3,
+                                         'joint/wrist_1_joint/damping': -1.0})
+    assert not batch.success and 'wrist_1_joint' in batch.message
+    assert sim.get_physical_parameters([name]).parameters[0].value == pytest.approx(before.value)
+    absurd = sim.set_physical_parameters({'joint/wrist_2_joint/damping': 1e9})
+    assert not absurd.success and 'above the bound' in absurd.message
 
 
 def _move(delta=0.2, duration=1.0):

@@ -15,7 +15,7 @@ import pytest
 from conftest import TopicListener, start_graph
 
 pytestmark = pytest.mark.integration
-pytest.importorskip('rclpy')
+import rclpy  # noqa: E402,F401 - the ROS client library must import
 
 NODE = 'twin_view'
 

@@ -33,10 +33,10 @@ def capture(namespace: str = '', num_views: int = 0, run_dir: str = '', *,
     Raises commander.CommanderError when the node cannot be reached."""
     from real2sim2real_msgs.action import Capture
 
-    from ..commander import Commander
+    from ..commander import Commander, count_field
+    goal = Capture.Goal(num_views=count_field('num_views', num_views), run_dir=run_dir)
     with Commander(namespace=namespace, node_name='r2s2r_capture', domain_id=domain_id,
                    expected={}) as cmd:
-        goal = Capture.Goal(num_views=num_views, run_dir=run_dir)
         return cmd.run_action(Capture, CAPTURE_ACTION, goal, feedback=feedback,
                               timeout=timeout)
 

@@ -75,6 +75,7 @@ class CaptureErrorCode(enum.IntEnum):
     MISSING_POSE = 4
     WRITE_FAILED = 5
     CANCELED = 6
+    INVALID_GOAL = 7
 
 
 class CaptureSetError(RuntimeError):

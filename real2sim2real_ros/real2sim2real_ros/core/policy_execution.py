@@ -255,13 +255,19 @@ def _load_scripted(path: Path, config: dict, robot, expected_task: str) -> Loade
 
 @dataclass
 class SafetyGate:
-    """Every trajectory a policy produces passes here before it is sent."""
+    """Every trajectory a policy produces passes here before it is sent: the reference the
+    controller will follow for it (the spline JTC and the emulated cell interpolate, from the
+    measured position) is checked by :func:`es.validate_trajectory`. ``fk_lipschitz`` (see
+    :func:`es.fk_lipschitz_bound`) certifies the tip between FK samples to within
+    ``workspace_tolerance`` m of the box; without it only the samples are checked."""
     limits: es.JointLimits
     fk: Callable[[np.ndarray], tuple]
     workspace: es.Workspace
     velocity_scale: float = 1.0
     start_tolerance: float = 0.05
     workspace_step: float = 0.05
+    fk_lipschitz: np.ndarray | None = None
+    workspace_tolerance: float = 0.001
 
     def validate(self, traj: es.Trajectory, current_position, what: str = 'trajectory'
                  ) -> es.ValidatedTrajectory:
@@ -269,7 +275,8 @@ class SafetyGate:
             return es.validate_trajectory(
                 traj, self.limits, current_position, velocity_scale=self.velocity_scale,
                 fk=self.fk, workspace=self.workspace, start_tolerance=self.start_tolerance,
-                workspace_step=self.workspace_step)
+                workspace_step=self.workspace_step, fk_lipschitz=self.fk_lipschitz,
+                workspace_tolerance=self.workspace_tolerance)
         except es.TrajectoryViolation as v:
             raise ExecutionError(_VIOLATION_KINDS.get(v.kind, LIMIT_VIOLATION),
                                  f'{what}: {v.message}') from None

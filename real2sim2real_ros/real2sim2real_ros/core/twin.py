@@ -99,6 +99,15 @@ _FIELDS = {
     'actuator': ('kp', 'kv'),
     'global': ('command_latency', 'gravity_compensation'),
 }
+# Largest magnitude accepted per field (units as default_unit): far beyond any real cell, small
+# enough that a typo (friction 1e9) is refused instead of making the twin meaningless.
+PARAMETER_UPPER_BOUNDS = {
+    'mass': 1e4, 'com_offset_x': 1.0, 'com_offset_y': 1.0, 'com_offset_z': 1.0,
+    'friction': 10.0, 'torsional_friction': 1.0, 'rolling_friction': 1.0,
+    'damping': 1e4, 'frictionloss': 1e4, 'armature': 100.0,
+    'kp': 1e6, 'kv': 1e5,
+    'command_latency': 1.0, 'gravity_compensation': 2.0,
+}
 
 
 def _load_scene(scene) -> mujoco.MjSpec:
@@ -248,6 +257,10 @@ class Twin:
         value = float(value)
         if not np.isfinite(value):
             raise ValueError(f'{f.kind}/{f.field}: value {value} is not finite')
+        bound = PARAMETER_UPPER_BOUNDS.get(f.field)
+        if bound is not None and abs(value) > bound:
+            raise ValueError(f'{f.kind}/{f.field}: |{value:g}| is above the bound {bound:g} '
+                             f'(core.twin.PARAMETER_UPPER_BOUNDS)')
         i = f.index
         if f.kind == 'global':
             if value < 0:
@@ -298,13 +311,16 @@ class Twin:
         self.set_parameters({name: value})
 
     def set_parameters(self, values: dict[str, float]) -> None:
-        """Set named parameters (validated all first: nothing changes on a bad name)."""
+        """Set named parameters, all or nothing: a bad name or value raises and leaves the
+        twin exactly as it was."""
         resolved = [(self._resolve(n), v) for n, v in values.items()]
         extra = self._extra()
+        saved = self.snapshot()
         for (f, v), n in zip(resolved, values):
             try:
                 self._write(self.model, f, v, extra)
             except ValueError as exc:
+                self.restore(saved)
                 raise ValueError(f'parameter {n!r}: {exc}') from None
         self.latency = extra['command_latency']
         self.gravity_compensation = extra['gravity_compensation']

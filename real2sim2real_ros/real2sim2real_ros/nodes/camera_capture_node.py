@@ -17,7 +17,8 @@ FK from ``joint_states`` and ``robot_description``) or, when empty, the latched
 ``<cam>/extrinsics`` PoseStamped the emulated cell (or a calibration node) publishes.
 
 Action ``~/capture`` (real2sim2real_msgs/action/Capture): K views (goal ``num_views``, else
-parameter ``num_views``, else one per camera), assigned round-robin to the cameras; each view
+parameter ``num_views``, else one per camera; at most MAX_VIEWS = 10000, more is
+INVALID_GOAL), assigned round-robin to the cameras; each view
 averages ``frames_per_view`` depth frames received after the goal started, spaced at least
 ``view_interval`` s from the camera's previous view (a handheld sweep or a wrist camera
 moved by the executor). Feedback views_done/views_total; cancel -> CANCELED.
@@ -50,6 +51,7 @@ from ..ros_main import ConfigurationError, run_node
 from ..subscriptions import subscribed
 
 Code = cs.CaptureErrorCode
+MAX_VIEWS = 10_000     # views per capture goal (and the num_views parameter)
 SOURCES = ('topics', 'emulated', 'realsense')
 
 
@@ -205,7 +207,7 @@ class CameraCaptureNode(Node):
             'cameras': list(d('cameras', ['camera'], 'camera namespaces (string array)',
                               read_only=True)),
             'num_views': d('num_views', 0, 'views per capture; 0 = one per camera', lo=0,
-                           hi=10000),
+                           hi=MAX_VIEWS),
             'frames_per_view': d('frames_per_view', 1, 'depth frames averaged per view', lo=1,
                                  hi=100, read_only=True),
             'view_interval': d('view_interval', 0.0, 'min s between two views of one camera',
@@ -325,6 +327,9 @@ class CameraCaptureNode(Node):
         if self.source_error:
             return Code.SOURCE_UNAVAILABLE, self.source_error, None
         req = goal_handle.request
+        if int(req.num_views) > MAX_VIEWS:
+            return (Code.INVALID_GOAL, f'num_views {req.num_views} is more than the {MAX_VIEWS} '
+                    f'allowed (a negative count sent as uint32 wraps to 4294967295)', None)
         k = int(req.num_views) or self.p['num_views'] or len(self.streams)
         run_dir = req.run_dir or self.p['run_dir']
         start = time.monotonic()

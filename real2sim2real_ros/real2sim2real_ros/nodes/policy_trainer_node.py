@@ -52,7 +52,8 @@ manifest.json records inputs, parameters, timings and sha256 of the files) and
 Action ``~/evaluate`` (Evaluate.action): loads ``checkpoint_path`` (INVALID_CHECKPOINT naming
 the file), rebuilds the twin it was trained in (the train stage's manifest: scene, starting
 and identified values; without one, the current scene and the nominal twin), runs ``trials``
-episodes (0 = ``eval_trials``) with the training's evaluation seed, feedback per trial.
+episodes (0 = ``eval_trials``; more than MAX_EVAL_TRIALS = 100000 is INVALID_GOAL) with the
+training's evaluation seed, feedback per trial.
 
 One goal at a time (a second one is rejected while one runs). Exit code 2 with one line on
 stderr for unusable parameters.
@@ -83,6 +84,7 @@ from ..ros_main import ConfigurationError, run_node
 NODE_NAME = 'policy_trainer'
 TR = Train.Result
 ER = Evaluate.Result
+MAX_EVAL_TRIALS = 100_000   # trials per evaluate goal (and the eval_trials parameter)
 CANCEL_GRACE = 5.0       # s the action waits for the worker after a cancel request
 SCENE_GRACE = 3.0        # s after start-up during which a goal waits for a latched scene
 STAGES = ('setup', 'demos', 'imitation', 'self_imitation', 'evaluate', 'ppo', 'done')
@@ -182,7 +184,7 @@ class PolicyTrainerNode(Node):
             declare(self, 'randomization_min_relative', 0.0, 'At least this fraction of the '
                     'value as randomisation half-width.', lo=0.0, hi=10.0)
             declare(self, 'eval_trials', 20, 'Twin evaluation trials (training result; '
-                    'evaluate goals with trials=0).', lo=1, hi=100000)
+                    'evaluate goals with trials=0).', lo=1, hi=MAX_EVAL_TRIALS)
             declare(self, 'seed', 0, 'Training seed (evaluation episodes use seed + 1000).',
                     lo=0, hi=2 ** 31 - 1)
             declare(self, 'torch_threads', 2, 'torch threads while training.', lo=1, hi=64)
@@ -516,6 +518,10 @@ class PolicyTrainerNode(Node):
         from ..core.tasks.worlds import TwinWorld
         from ..core.training_setup import scene_info_from_mjcf
         goal = job.goal_handle.request
+        if int(goal.trials) > MAX_EVAL_TRIALS:
+            raise _Fail(ER.INVALID_GOAL, f'trials {goal.trials} is more than the '
+                        f'{MAX_EVAL_TRIALS} allowed (a negative count sent as uint32 wraps to '
+                        f'4294967295)')
         path = goal.checkpoint_path
         if not path:
             raise _Fail(ER.INVALID_CHECKPOINT, 'checkpoint_path is empty')

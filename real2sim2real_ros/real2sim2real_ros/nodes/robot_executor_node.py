@@ -150,6 +150,7 @@ class RobotExecutorNode(Node):
         self._active: _Execution | None = None
         self._robot = None
         self._limits: es.JointLimits | None = None
+        self._fk_lip: np.ndarray | None = None
         self._robot_error = 'waiting for robot_description'
         self._state_pos: np.ndarray | None = None
         self._state_vel: np.ndarray | None = None
@@ -330,6 +331,7 @@ class RobotExecutorNode(Node):
             robot = load_robot(source, tip_link=self.p_tip_link or None)
             limits = es.JointLimits.from_robot(robot)
             robot.fk(np.clip(np.zeros(len(limits.names)), limits.lower, limits.upper))
+            fk_lip = es.fk_lipschitz_bound(robot)   # certifies the tip between FK samples
         except Exception as exc:  # noqa: BLE001 - any bad URDF is a configuration problem
             text = f'robot description unusable: {str(exc).splitlines()[0] if str(exc) else exc}'
             if fatal:
@@ -343,6 +345,7 @@ class RobotExecutorNode(Node):
             return
         with self._lock:
             self._robot, self._limits, self._robot_error = robot, limits, ''
+            self._fk_lip = fk_lip
             self._joint_index = {n: i for i, n in enumerate(limits.names)}
             self._state_pos = np.full(len(limits.names), np.nan)
             self._state_vel = np.zeros(len(limits.names))
@@ -564,13 +567,14 @@ class RobotExecutorNode(Node):
         if problem:
             raise _Abort(R.BACKEND_UNAVAILABLE, problem)
         with self._lock:
-            robot, limits = self._robot, self._limits
+            robot, limits, fk_lip = self._robot, self._limits, self._fk_lip
         try:
             traj = trajectory_from_msg(request.trajectory)
             return es.validate_trajectory(
                 traj, limits, q, velocity_scale=self.p_vel_scale,
                 fk=lambda x: robot.fk(x), workspace=self._workspace,
-                start_tolerance=self.p_start_tol, workspace_step=self.p_ws_step), q
+                start_tolerance=self.p_start_tol, workspace_step=self.p_ws_step,
+                fk_lipschitz=fk_lip), q
         except es.TrajectoryViolation as v:
             raise _Abort(getattr(R, v.kind), v.message) from None
 
@@ -727,13 +731,14 @@ class RobotExecutorNode(Node):
         from ..core import policy_execution as pe
         req = goal_handle.request
         with self._lock:
-            robot, limits = self._robot, self._limits
+            robot, limits, fk_lip = self._robot, self._limits, self._fk_lip
         if robot is None or limits is None:
             raise _Abort(P.STOPPED, self._robot_error or 'no robot model')
         try:
             loaded = pe.load_policy(req.checkpoint_path, robot, req.task.strip())
             run.gate = pe.SafetyGate(limits, lambda x: robot.fk(x), self._workspace,
-                                     self.p_vel_scale, self.p_start_tol, self.p_ws_step)
+                                     self.p_vel_scale, self.p_start_tol, self.p_ws_step,
+                                     fk_lip)
             settings = pe.ExecutionSettings(
                 approach_height=self.p_approach_height,
                 approach_velocity_fraction=self.p_approach_vel,

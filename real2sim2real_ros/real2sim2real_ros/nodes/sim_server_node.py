@@ -13,7 +13,8 @@ Interfaces (node-relative, so they never collide with the cell's ``/joint_states
   ``__ns:=<ns>/sim_server`` drives the twin
 * ``/clock`` when ``publish_clock`` is true (the twin owns time; others use_sim_time)
 * services ``~/reset`` (ResetSim), ``~/set_pause`` (std_srvs/SetBool), ``~/step`` (StepSim,
-  paused only), ``~/set_physical_parameters``, ``~/get_physical_parameters``, ``~/load_scene``
+  paused only, at most MAX_STEPS_PER_CALL = 100000 steps a call),
+  ``~/set_physical_parameters``, ``~/get_physical_parameters``, ``~/load_scene``
 * action ``~/rollout`` (Rollout): one batched ``mujoco.rollout`` per chunk of parameter
   samples over ``nthread`` threads, feedback per chunk, cancel between chunks.
 * the twin seen through real cameras (``camera_names``; off and free when empty): per camera
@@ -71,7 +72,8 @@ from .emulated_cell_node import _stamp, trajectory_command_from_msg
 NODE_NAME = 'sim_server'
 RR = Rollout.Result
 CHUNK_WALL = 0.02      # s of wall time per live-loop slice (then services get the lock)
-
+# ~/step holds the twin's lock while it steps: bounded so one call cannot stall the node.
+MAX_STEPS_PER_CALL = 100_000
 
 class _Estimate:
     """What ~/set_physical_parameters said about a value beyond the value itself."""
@@ -438,6 +440,14 @@ class SimServerNode(Node):
         with self._lock:
             twin = self._twin_or_fail(resp)
             if twin is None:
+                return resp
+            if int(req.steps) > MAX_STEPS_PER_CALL:
+                resp.success = False
+                span = MAX_STEPS_PER_CALL * twin.model.opt.timestep
+                resp.message = (f'steps {req.steps} is more than the {MAX_STEPS_PER_CALL} '
+                                f'allowed per call ({span:g} s of sim time); step in several '
+                                f'calls')
+                resp.sim_time = float(twin.data.time)
                 return resp
             if not self._paused:
                 resp.success = False
