@@ -22,8 +22,10 @@ from real2sim2real_ros.topic_listener import TopicListener
 
 pytestmark = pytest.mark.integration
 
-FollowJointTrajectory = pytest.importorskip('control_msgs.action').FollowJointTrajectory
-ExecuteTrajectory = pytest.importorskip('real2sim2real_msgs.action').ExecuteTrajectory
+from control_msgs.action import FollowJointTrajectory  # noqa: E402
+
+from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
+
 R = ExecuteTrajectory.Result
 F = FollowJointTrajectory.Result
 CTRL = 'joint_trajectory_controller'

@@ -14,9 +14,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-pytest.importorskip('control_msgs.action')
-pytest.importorskip('moveit_msgs.action')
-ExecuteTrajectory = pytest.importorskip('real2sim2real_msgs.action').ExecuteTrajectory
+from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
+
 R = ExecuteTrajectory.Result
 
 
