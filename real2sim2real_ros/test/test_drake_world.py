@@ -184,6 +184,26 @@ def test_depth_renders_with_the_spec_intrinsics():
         w.close()
 
 
+def test_mujoco_renders_after_a_drake_camera_is_destroyed():
+    """Drake's VTK engine terminates the process's EGL display when it goes; a MuJoCo cell
+    created afterwards (the harness, the suite) must still render (core/offscreen.py)."""
+    spec = load_cell_spec(_data(objects=DRAKE['objects'][:1]))
+    first = EmulatedWorld(spec)      # MuJoCo holds the process's EGL display from here on
+    try:
+        first.render(spec.cameras[0].name, noise=False)
+    finally:
+        first.close()
+    w = make_world(spec)
+    w.render(spec.cameras[0].name, noise=False)
+    w.close()                        # Drake's engine goes, and eglTerminate with it
+    mj = EmulatedWorld(spec)
+    try:
+        _, depth = mj.render(spec.cameras[0].name, noise=False)
+    finally:
+        mj.close()
+    assert np.isfinite(depth).mean() > 0.95
+
+
 @pytest.mark.parametrize('field, value, message', [
     ('contact_model', 'mujoco', r"drake\.contact_model: must be one of"),
     ('hydroelastic_modulus', -1.0, r'drake\.hydroelastic_modulus: must be >='),

@@ -22,6 +22,7 @@ from . import camera_model
 from .cell_spec import CameraSpec, CellSpec, ObjectSpec
 from .depth_noise import apply_depth_noise
 from .joint_trajectory import JointTrajectoryCommand, TrajectoryFollower
+from .offscreen import mujoco_renderer
 
 ROBOT_PREFIX = 'robot/'
 OBJECT_PREFIX = 'object/'
@@ -448,7 +449,7 @@ class EmulatedWorld:
         if cache is None:
             cache = self._renderers.cache = {}
         if cam.name not in cache:
-            cache[cam.name] = mujoco.Renderer(self.model, cam.height, cam.width)
+            cache[cam.name] = mujoco_renderer(self.model, cam.height, cam.width)
         return cache[cam.name]
 
     def render(self, camera: str, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:

@@ -29,6 +29,7 @@ import mujoco
 import numpy as np
 
 from .camera_model import Intrinsics
+from .offscreen import mujoco_renderer
 
 __all__ = ['TwinCamera', 'render_view']
 
@@ -43,7 +44,7 @@ class TwinCamera:
         # The offscreen buffer is sized from the model when the context is made.
         model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), w)
         model.vis.global_.offheight = max(int(model.vis.global_.offheight), h)
-        self._renderer = mujoco.Renderer(model, h, w)
+        self._renderer = mujoco_renderer(model, h, w)
 
     def _set_view(self, rotation: np.ndarray, translation) -> None:
         k = self.intrinsics
