@@ -20,7 +20,10 @@ Action ``~/identify`` (real2sim2real_msgs/action/Identify):
   the camera's view: EXECUTION_FAILED naming it;
 * offline: the given bags (any executor recording: commanded JointTrajectory + JointState;
   strike probe bags are recognised by their plan);
-* fit (core.sysid.fit.identify) of the parameters declared in ``parameters_file`` (or the
+* fit (core.sysid.fit.identify: regression + one rollout polish for the arm, see there; its
+  warnings -- estimates pinned at a bound, residual above the joint-state noise, contact
+  spikes -- are logged and written to the manifest, and such estimates come back with
+  identified=false) of the parameters declared in ``parameters_file`` (or the
   goal's subset) on all recordings but the last, which is held out to score the fit (with
   strike probes: on all arm probes, scored on the held-out strike probe's joints); then the
   objects (core.sysid.object_fit.final_object_fits) on a fresh twin with the arm's estimates;
@@ -347,6 +350,8 @@ class SystemIdentificationNode(Node):
             fit = identify(twin, specs, fit_recs, heldout=heldout, nthread=self.p_nthread,
                            max_iter=self.p_max_iter, restarts=self.p_fit_restarts,
                            progress=lambda stage, p, r: self._feedback(goal_handle, 'fit', p, r))
+            for w in fit.warnings:   # degenerate / contaminated fit: never silently used
+                self.get_logger().warning(f'identify: arm fit ({fit.method}): {w}')
             with self._lock:
                 self._arm_values = fit.parameters.values()
         ofit = None
@@ -395,7 +400,8 @@ class SystemIdentificationNode(Node):
                 'heldout_error_before': fit.heldout_error_before,
                 'heldout_error_after': fit.heldout_error_after, 'fit_wall_s': fit.wall_time,
                 'rollouts': fit.n_rollouts, 'method': fit.method,
-                'iterations': fit.iterations})
+                'iterations': fit.iterations, 'warnings': fit.warnings,
+                'diagnostics': fit.diagnostics})
         if ofit is not None:
             stage.results['objects'] = {
                 'residual_before': ofit.residual_before, 'residual_after': ofit.residual_after,
