@@ -34,14 +34,15 @@ def record(spec, n_probes: int, duration: float, period: float):
     robot = load_robot(spec.urdf_path() or default_cell_urdf())
     world.reset()
     center = world.joint_positions()
-    recs = []
+    recs, probes = [], []
     for s in range(n_probes + 1):
         p = multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
                             robot.velocity_limits, duration=duration, amplitude=0.35,
                             velocity_fraction=0.5, seed=s, name=f'probe_{s}')
+        probes.append(p)
         recs.append(record_probe(world, p, period=period))
     truth = spec.hidden_truth(list(world.joint_names))
-    return recs, truth, known_gains(world), robot
+    return recs, truth, known_gains(world), robot, probes, center
 
 
 def score(fit, truth: dict) -> dict:
@@ -66,14 +67,18 @@ def compare(setting: str = 'harness', cell_spec=None, methods=('least_squares', 
     from ..core.evaluation.identification import identification_config_path
     from ..core.sysid.config import load_identification_config
     from ..core.sysid.fit import identify
+    from ..core.sysid.regression import planned_condition_number
     from ..core.twin import Twin
     cfg = SETTINGS[setting]
     spec = load_cell_spec(cell_spec or default_cell_spec_path())
     t = time.perf_counter()
-    recs, truth, gains, robot = record(spec, cfg['probes'], cfg['duration'], cfg['period'])
+    recs, truth, gains, robot, probes, center = record(spec, cfg['probes'], cfg['duration'],
+                                                       cfg['period'])
     out = {'setting': setting, 'cell': spec.name, 'record_s': time.perf_counter() - t, **cfg}
     conf = load_identification_config(identification_config_path())
     conf.known.update(gains)
+    twin = Twin(robot, parameters=conf.start_values())
+    out['planned_condition_number'] = planned_condition_number(twin, probes[:-1], center)
     for m in methods:
         twin = Twin(robot, parameters=conf.start_values())
         fit = identify(twin, conf.specs, recs[:-1], heldout=recs[-1:], method=m,
@@ -110,6 +115,8 @@ def print_comparison(out: dict, console=None) -> None:
     for name in out[methods[0]]['errors']:
         t.add_row(name, *[f"{out[m]['errors'][name]:.1%}" for m in methods])
     console.print(t)
+    console.print(f"planned condition number of the fitted probes (q = reference, no latency "
+                  f"column): {out['planned_condition_number']:.1f}")
     for m in methods:
         for w in out[m]['warnings']:
             console.print(f'[yellow]{out[m]["method"]}: {w}[/]')

@@ -203,8 +203,14 @@ class SystemIdentificationNode(Node):
             self.p_max_iter = declare(self, 'max_iter', 30, 'Least-squares iterations.',
                                       lo=1, hi=1000)
             self.p_fit_restarts = declare(
-                self, 'fit_restarts', 3, 'Extra least-squares starts for the arm fit, random '
-                'inside the bounds (core/sysid/fit.py); 0 = from the priors only.', lo=0, hi=20)
+                self, 'fit_restarts', 3, 'Extra least-squares starts of the least_squares arm '
+                'fit, random inside the bounds (core/sysid/fit.py); 0 = from the priors only.',
+                lo=0, hi=20)
+            self.p_fit_method = declare(
+                self, 'fit_method', 'auto', 'Arm fit (core/sysid/fit.identify): auto = '
+                'regression + one rollout polish; least_squares = the multi-start rollout fit; '
+                'regression = the regression alone.',
+                choices=('auto', 'least_squares', 'regression'))
             self.p_timestep = declare(self, 'timestep', 0.001, 'Twin timestep (s).',
                                       lo=0.0001, hi=0.01)
             self.p_run_dir = declare(self, 'run_dir', '', "Run directory for identify_<n>; "
@@ -349,6 +355,7 @@ class SystemIdentificationNode(Node):
             self._feedback(goal_handle, 'fit', 0.0)
             fit = identify(twin, specs, fit_recs, heldout=heldout, nthread=self.p_nthread,
                            max_iter=self.p_max_iter, restarts=self.p_fit_restarts,
+                           method=self.p_fit_method,
                            progress=lambda stage, p, r: self._feedback(goal_handle, 'fit', p, r))
             for w in fit.warnings:   # degenerate / contaminated fit: never silently used
                 self.get_logger().warning(f'identify: arm fit ({fit.method}): {w}')
@@ -372,7 +379,7 @@ class SystemIdentificationNode(Node):
             'parameters_file': self.p_parameters_file, 'known': config.known,
             'declared': [vars(s) for s in specs + obj_specs], 'timestep': self.p_timestep,
             'nthread': self.p_nthread, 'max_iter': self.p_max_iter,
-            'fit_restarts': self.p_fit_restarts,
+            'fit_restarts': self.p_fit_restarts, 'fit_method': self.p_fit_method,
             'strike': config.strike, 'object_fit': config.object_fit,
             'objects_note': object_note})
         from ..core.parameters import ParameterSet

@@ -50,7 +50,8 @@ import numpy as np
 
 from ..parameters import ParameterSpec, split_name
 
-__all__ = ['ArmRegression', 'RegressionOptions', 'regress_arm', 'regression_supported']
+__all__ = ['ArmRegression', 'RegressionOptions', 'planned_condition_number', 'regress_arm',
+           'regression_supported']
 
 _FIELDS = ('armature', 'damping', 'frictionloss')
 
@@ -371,3 +372,37 @@ def regress_arm(twin, specs: list[ParameterSpec], recordings, opt: RegressionOpt
     noise = np.sqrt(np.mean([tm.noise ** 2 for tm in terms], axis=0))
     return ArmRegression(values, half, cov, cond, noise, np.sqrt(np.mean(r ** 2, axis=1)),
                          spikes, profile, timings, int(rows_per_joint))
+
+
+def planned_condition_number(twin, probes, reference_start, *, friction_eps: float = 0.02,
+                             rate: float = 500.0) -> float:
+    """Condition number of the regressor ``probes`` would give if the arm followed them
+    exactly (q = the reference): their excitation for :func:`regress_arm`, before moving.
+
+    Rows weighted per joint by 1 / kp (a position noise becomes kp x it in torque), columns
+    normalised. The latency's column is left out: with q = the reference it is exactly
+    ``kp`` x the damping column + ``kv`` x the armature column (the latency shows only in the
+    tracking error the arm will have), so :attr:`ArmRegression.condition_number` on the
+    recorded data is the one that includes it.
+    """
+    m = twin.model
+    kp = m.actuator_gainprm[twin._act, 0]
+    nj = len(twin.joint_names)
+    blocks = []
+    for p in probes:
+        traj = twin._reference(np.asarray(reference_start, float), p.times, p.positions,
+                               p.velocities)
+        t = np.arange(0.0, float(p.times[-1]), 1.0 / rate)
+        q, qd = twin._sample(traj, t)
+        qdd = np.gradient(qd, t, axis=0)
+        _, grav = _inverse_dynamics(twin, q, qd, qdd)
+        X = np.zeros((nj, t.size, 3 * nj + 1))
+        for j in range(nj):
+            X[j, :, 3 * j] = qdd[:, j]
+            X[j, :, 3 * j + 1] = qd[:, j]
+            X[j, :, 3 * j + 2] = np.tanh(qd[:, j] / friction_eps)
+            X[j, :, -1] = -grav[:, j]
+        blocks.append(X / kp[:, None, None])
+    A = np.concatenate(blocks, axis=1).reshape(-1, 3 * nj + 1)
+    norms = np.linalg.norm(A, axis=0)
+    return float(np.linalg.cond(A / np.where(norms > 0, norms, 1.0)))
