@@ -413,11 +413,18 @@ def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording]
     if method == 'regression' and not supported:
         raise ValueError('method regression fits only arm joint damping / armature / '
                          'frictionloss, command latency and gravity compensation')
+    fallback = ''
     if method == 'regression' or (method == 'auto' and supported):
-        (x, r, history, iters, used, cov, result_set, warns, diag, held_before,
-         held_after) = _regression_fit(twin, specs, recordings, heldout, problem, lo, hi, x0,
-                                       max_iter, nthread, object_weight, progress,
-                                       polish=method == 'auto')
+        try:
+            (x, r, history, iters, used, cov, result_set, warns, diag, held_before,
+             held_after) = _regression_fit(twin, specs, recordings, heldout, problem, lo, hi,
+                                           x0, max_iter, nthread, object_weight, progress,
+                                           polish=method == 'auto')
+        except ValueError as exc:     # e.g. recordings shorter than the filter needs
+            if method == 'regression':
+                raise
+            fallback = f'regression not possible ({exc}): the least-squares rollout fit'
+    if not fallback and (method == 'regression' or (method == 'auto' and supported)):
         twin.set_parameters(result_set.values())
         diag['cpu_s'] = time.process_time() - cpu0
         if progress:
@@ -447,6 +454,7 @@ def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording]
     result_set = _estimates(specs, x, scale, half)
     noise = joint_noise(recordings) if supported else None
     warns, pinned = fit_warnings(specs, result_set.values(), rms_error(r), noise)
+    warns = ([fallback] if fallback else []) + warns
     result_set = _unidentify(result_set, pinned)
     held_before = held_after = float('nan')
     if heldout:

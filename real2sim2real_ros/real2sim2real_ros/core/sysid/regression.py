@@ -66,7 +66,8 @@ class RegressionOptions:
     latency_step: float = 0.001    # s: grid spacing of the latency search
     trim_s: float = 0.05           # s dropped at each end (filter edge effects)
     spike_sigma: float = 8.0       # robust standard deviations for a residual spike
-    spike_min_s: float = 0.01      # s: the shortest run of samples that counts as a spike
+    spike_min_s: float = 0.03      # s: the shortest run of samples that counts as a spike
+    instruments: bool = False      # instrumental variables from the reference (else OLS)
 
 
 @dataclass
@@ -147,6 +148,15 @@ class _Terms:
                                     else np.asarray(rec.reference_start, float),
                                     rec.traj_times, rec.traj_positions, rec.traj_velocities)
         self.tau_rb, self.grav = _inverse_dynamics(twin, self.q, self.qd, self.qdd)
+        # Instruments: the same columns from the commanded reference (delayed by the twin's
+        # current latency), through the same filter: correlated with the measured columns,
+        # not with the joint-state noise that the measured columns and the servo torque share.
+        from scipy.signal import savgol_filter
+        pz, vz = twin._sample(self.traj, self.t_full - twin.latency)
+        az = np.gradient(vz, self.t_full, axis=0)
+        f = lambda a: savgol_filter(a, **self.filt)[self.keep]   # noqa: E731
+        self.inst = {'armature': f(az), 'damping': f(vz + 0.5 * dt * az),
+                     'frictionloss': f(np.tanh(vz / opt.friction_eps))}
 
     def servo(self, twin, kp, kv, latency: float) -> np.ndarray:
         from scipy.signal import savgol_filter
@@ -160,6 +170,9 @@ class _Terms:
 
     def column(self, fld: str) -> np.ndarray:
         return {'armature': self.qdd, 'damping': self.qd_plus, 'frictionloss': self.sign}[fld]
+
+    def instrument(self, fld: str) -> np.ndarray:
+        return self.inst[fld]
 
 
 def _inverse_dynamics(twin, q, qd, qdd):
@@ -250,15 +263,17 @@ def regress_arm(twin, specs: list[ParameterSpec], recordings, opt: RegressionOpt
     rows_per_joint = t_all.size
     # Regressor blocks per joint: X[j] (samples, n_lin); y[j] = servo - rigid - fixed terms.
     X = np.zeros((nj, rows_per_joint, len(lin)))
+    Z = np.zeros_like(X)
     base = np.zeros((nj, rows_per_joint))
     offset = 0
     for tm in terms:
         sl = slice(offset, offset + tm.t.size)
         for c, (_, j, f) in enumerate(lin):
             if j < 0:
-                X[:, sl, c] = -tm.grav.T
+                X[:, sl, c] = Z[:, sl, c] = -tm.grav.T
             else:
                 X[j, sl, c] = tm.column(f)[:, j]
+                Z[j, sl, c] = tm.instrument(f)[:, j]
         fixed_part = tm.tau_rb.copy()
         for (j, f), v in fixed.items():
             fixed_part[:, j] += v * tm.column(f)[:, j]
@@ -270,6 +285,7 @@ def regress_arm(twin, specs: list[ParameterSpec], recordings, opt: RegressionOpt
     lo = np.array([specs[i].lower for i, _, _ in lin]) / scale
     hi = np.array([specs[i].upper for i, _, _ in lin]) / scale
     Xs = X * scale                      # scaled variables: value / scale
+    Zs = Z * scale if opt.instruments else Xs
 
     def target(latency):
         return np.concatenate([tm.servo(twin, kp, kv, latency) for tm in terms]).T - base
@@ -277,11 +293,14 @@ def regress_arm(twin, specs: list[ParameterSpec], recordings, opt: RegressionOpt
     cache = {}
 
     def factor(w):
-        """QR of the weighted regressor (it does not depend on the latency)."""
+        """(Q of the weighted instruments, Q^T X): the regressor projected on the
+        instruments (two-stage least squares; Q^T X = R for OLS). Independent of the
+        latency."""
         key = w.tobytes()
         if key not in cache:
             cache.clear()
-            cache[key] = np.linalg.qr((Xs * w[:, None, None]).reshape(-1, len(lin)))
+            Q, _ = np.linalg.qr((Zs * w[:, None, None]).reshape(-1, len(lin)))
+            cache[key] = Q, Q.T @ (Xs * w[:, None, None]).reshape(-1, len(lin))
         return cache[key]
 
     def solve(latency, w, bounded=True):
@@ -292,7 +311,7 @@ def regress_arm(twin, specs: list[ParameterSpec], recordings, opt: RegressionOpt
         if bounded:
             x = optimize.lsq_linear(R, c, bounds=(lo, hi), method='bvls').x
         else:
-            x = np.clip(np.linalg.solve(R, c), lo, hi)
+            x = np.clip(np.linalg.lstsq(R, c, rcond=None)[0], lo, hi)
         r = (y - np.einsum('jnc,c->jn', Xs, x))
         return x, r, float(np.sum((r * w[:, None]) ** 2))
 
@@ -323,7 +342,9 @@ def regress_arm(twin, specs: list[ParameterSpec], recordings, opt: RegressionOpt
     lags = max(t.win for t in terms)
     infl = np.array([_bartlett(r[j] * w[j], lags) for j in range(nj)])
     we = w / np.sqrt(infl)
-    cols = [Xs * we[:, None, None]]
+    Qc, _ = np.linalg.qr((Zs * we[:, None, None]).reshape(-1, len(lin)))
+    Xhat = Qc @ (Qc.T @ (Xs * we[:, None, None]).reshape(-1, len(lin)))
+    cols = [Xhat.reshape(Xs.shape)]
     if lat_spec is not None:
         h = 1e-4
         dy = (target(latency + h) - target(latency - h)) / (2 * h) * lat_spec.scale
@@ -356,7 +377,7 @@ def regress_arm(twin, specs: list[ParameterSpec], recordings, opt: RegressionOpt
     offset = 0
     for tm in terms:
         dt = float(np.median(np.diff(tm.t)))
-        min_len = max(2, int(np.ceil(opt.spike_min_s / dt)))
+        min_len = max(3, int(np.ceil(opt.spike_min_s / dt)))
         for j in range(nj):
             rj = r[j]
             mad = 1.4826 * np.median(np.abs(rj - np.median(rj)))
