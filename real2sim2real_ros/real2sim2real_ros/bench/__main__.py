@@ -4,7 +4,10 @@
 alone (bench/push_bench.py: train in the identified twin, run on emulated cells).
 ``python -m real2sim2real_ros.bench object_id [--cells N] [--seed S] [--arm truth]``: object
 identification on N emulated cells drawn from the prior (bench/object_id_bench.py); writes
-bench_results/object_id.json."""
+bench_results/object_id.json.
+``python -m real2sim2real_ros.bench arm_id [harness|live ...]``: arm identification,
+regression + polish against the multi-start rollout fit on the same recordings
+(bench/arm_id_bench.py); writes bench_results/arm_id.json. ``make bench`` runs it too."""
 from __future__ import annotations
 
 import json
@@ -34,8 +37,20 @@ def object_id(argv) -> int:
     return 0
 
 
+def arm_id(argv) -> int:
+    from real2sim2real_ros.bench import arm_id_bench
+    out = arm_id_bench.main(argv or ('harness', 'live'))
+    out_dir = Path('bench_results')
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / 'arm_id.json').write_text(json.dumps(out, indent=2, default=str))
+    print(f'saved {out_dir / "arm_id.json"}')
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == 'arm_id':
+        return arm_id(argv[1:])
     if argv and argv[0] == 'push':
         from real2sim2real_ros.bench import push_bench
         return push_bench.main(argv[1:])
@@ -112,6 +127,9 @@ def main(argv=None) -> int:
                   f'out, nthread {i["nthread"]}): [bold]{i["fit_wall_s"]:.1f} s[/] fit, '
                   f'{i["rollouts"]} rollouts, held-out {i["heldout_after_mrad"]:.3f} mrad, '
                   f'worst estimate {i["worst_relative_error"]:.1%} off')
+
+    from real2sim2real_ros.bench import arm_id_bench
+    results['arm_id'] = arm_id_bench.main(('harness', 'live'))
 
     from real2sim2real_ros.bench import reconstruction_bench
     results['reconstruction'] = reconstruction_bench.run()

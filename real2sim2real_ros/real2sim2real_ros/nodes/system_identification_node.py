@@ -20,7 +20,10 @@ Action ``~/identify`` (real2sim2real_msgs/action/Identify):
   the camera's view: EXECUTION_FAILED naming it;
 * offline: the given bags (any executor recording: commanded JointTrajectory + JointState;
   strike probe bags are recognised by their plan);
-* fit (core.sysid.fit.identify) of the parameters declared in ``parameters_file`` (or the
+* fit (core.sysid.fit.identify: regression + one rollout polish for the arm, see there; its
+  warnings -- estimates pinned at a bound, residual above the joint-state noise, contact
+  spikes -- are logged and written to the manifest, and such estimates come back with
+  identified=false) of the parameters declared in ``parameters_file`` (or the
   goal's subset) on all recordings but the last, which is held out to score the fit (with
   strike probes: on all arm probes, scored on the held-out strike probe's joints); then the
   objects (core.sysid.object_fit.final_object_fits) on a fresh twin with the arm's estimates;
@@ -200,8 +203,14 @@ class SystemIdentificationNode(Node):
             self.p_max_iter = declare(self, 'max_iter', 30, 'Least-squares iterations.',
                                       lo=1, hi=1000)
             self.p_fit_restarts = declare(
-                self, 'fit_restarts', 3, 'Extra least-squares starts for the arm fit, random '
-                'inside the bounds (core/sysid/fit.py); 0 = from the priors only.', lo=0, hi=20)
+                self, 'fit_restarts', 3, 'Extra least-squares starts of the least_squares arm '
+                'fit, random inside the bounds (core/sysid/fit.py); 0 = from the priors only.',
+                lo=0, hi=20)
+            self.p_fit_method = declare(
+                self, 'fit_method', 'auto', 'Arm fit (core/sysid/fit.identify): auto = '
+                'regression + one rollout polish; least_squares = the multi-start rollout fit; '
+                'regression = the regression alone.',
+                choices=('auto', 'least_squares', 'regression'))
             self.p_timestep = declare(self, 'timestep', 0.001, 'Twin timestep (s).',
                                       lo=0.0001, hi=0.01)
             self.p_run_dir = declare(self, 'run_dir', '', "Run directory for identify_<n>; "
@@ -346,7 +355,10 @@ class SystemIdentificationNode(Node):
             self._feedback(goal_handle, 'fit', 0.0)
             fit = identify(twin, specs, fit_recs, heldout=heldout, nthread=self.p_nthread,
                            max_iter=self.p_max_iter, restarts=self.p_fit_restarts,
+                           method=self.p_fit_method,
                            progress=lambda stage, p, r: self._feedback(goal_handle, 'fit', p, r))
+            for w in fit.warnings:   # degenerate / contaminated fit: never silently used
+                self.get_logger().warning(f'identify: arm fit ({fit.method}): {w}')
             with self._lock:
                 self._arm_values = fit.parameters.values()
         ofit = None
@@ -367,7 +379,7 @@ class SystemIdentificationNode(Node):
             'parameters_file': self.p_parameters_file, 'known': config.known,
             'declared': [vars(s) for s in specs + obj_specs], 'timestep': self.p_timestep,
             'nthread': self.p_nthread, 'max_iter': self.p_max_iter,
-            'fit_restarts': self.p_fit_restarts,
+            'fit_restarts': self.p_fit_restarts, 'fit_method': self.p_fit_method,
             'strike': config.strike, 'object_fit': config.object_fit,
             'objects_note': object_note})
         from ..core.parameters import ParameterSet
@@ -395,7 +407,8 @@ class SystemIdentificationNode(Node):
                 'heldout_error_before': fit.heldout_error_before,
                 'heldout_error_after': fit.heldout_error_after, 'fit_wall_s': fit.wall_time,
                 'rollouts': fit.n_rollouts, 'method': fit.method,
-                'iterations': fit.iterations})
+                'iterations': fit.iterations, 'warnings': fit.warnings,
+                'diagnostics': fit.diagnostics})
         if ofit is not None:
             stage.results['objects'] = {
                 'residual_before': ofit.residual_before, 'residual_after': ofit.residual_after,

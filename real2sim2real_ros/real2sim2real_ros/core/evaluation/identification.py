@@ -85,7 +85,9 @@ def identify_cell(world, robot, cfg, found_object, table_height: float, out_dir,
     for est in fit.parameters:
         ps.add(est)
     record = {'arm_probes': n_arm, 'arm_residual_before': fit.residual_before,
-              'arm_residual_after': fit.residual_after, 'arm_fit_s': fit.wall_time}
+              'arm_residual_after': fit.residual_after, 'arm_fit_s': fit.wall_time,
+              'arm_fit_method': fit.method, 'arm_fit_warnings': fit.warnings,
+              'arm_condition_number': fit.diagnostics.get('condition_number')}
     from .object_identification import identify_object
     arm_values = {**conf.start_values(), **ps.values()}   # known gains + the arm's estimates
     obj = identify_object(world, robot, cfg, found_object, table_height, arm_values, out_dir,

@@ -13,7 +13,23 @@ generations run as batches.
 * ``cmaes``: CMA-ES (``cmaes``) for non-smooth contact parameters, then a least-squares
   polish;
 * intervals: ``mujoco.sysid.calculate_intervals`` (Student-t on J^T J and the residual
-  variance) at the optimum, with the Jacobian taken by finite differences.
+  variance) at the optimum, with the Jacobian taken by finite differences (the polish: the
+  solver's last Jacobian);
+* regression (the default for arm parameters, ``method='auto'``): inverse-dynamics
+  regression (core/sysid/regression.py) for the linear parameters and the latency, then ONE
+  least-squares polish of the rollout fit from that start, kept only where it lowers the
+  held-out error (the fitting residual when nothing is held out). No polish when the
+  regression's residual has spikes (a contact: the rollouts would fit it) or with
+  ``method='regression'``. The result's ``method`` says which produced the estimates:
+  ``regression`` or ``regression+least_squares``; the multi-start ``least_squares`` stays
+  the reference path (``method='least_squares'``).
+
+Every arm fit is checked (``FitResult.warnings``, ``FitResult.diagnostics``; the node logs the
+warnings, the harness records them): estimates pinned at a bound, a fitting residual above
+``RESIDUAL_NOISE_RATIO`` x the joint-state noise estimated from the recordings, and residual
+spikes of the regression (contact contamination). A pinned estimate, and every estimate of a
+contaminated fit, is returned with ``identified=False``: sim_server keeps its prior and
+randomisation leaves it out, so it is never used silently.
 
 Optimiser variables are value / scale (ParameterSpec.scale) so all are of order one.
 """
@@ -33,10 +49,12 @@ from ..parameters import (
 )
 from ..twin import Twin, UnstableTwinError
 
-__all__ = ['FitResult', 'NotConvergedError', 'Recording', 'confidence_half_widths',
-           'identify', 'rms_error']
+__all__ = ['FitResult', 'NotConvergedError', 'Recording', 'confidence_half_widths', 'fit_warnings',
+           'identify', 'joint_noise', 'rms_error']
 
 NON_SMOOTH_FIELDS = ('friction', 'torsional_friction', 'rolling_friction')
+RESIDUAL_NOISE_RATIO = 1.5   # fitting residual / joint-state noise above which a fit is suspect
+BOUND_TOLERANCE = 1e-3       # of the bounds' width: an estimate this close sits at a bound
 
 
 class NotConvergedError(RuntimeError):
@@ -79,6 +97,8 @@ class FitResult:
     iterations: int
     covariance: np.ndarray
     history: list[float] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)   # degenerate / contaminated fit
+    diagnostics: dict = field(default_factory=dict)     # condition number, noise, stages
 
 
 def rms_error(r: np.ndarray) -> float:
@@ -154,13 +174,17 @@ def _validate(twin: Twin, specs: list[ParameterSpec]) -> None:
             raise ValueError(f'{s.name}: lower bound must be >= 0')
 
 
-def _least_squares(problem: _Problem, x0, lo, hi, max_iter: int):
+def _least_squares(problem: _Problem, x0, lo, hi, max_iter: int, trace_out=None):
+    """(x, objective history, converged, iterations, solver text); ``trace_out`` (a list)
+    receives the solver's IterLog trace."""
     from mujoco import minimize
     out = io.StringIO()
     x, trace = minimize.least_squares(
         x0, problem, bounds=[lo, hi], eps=1e-3, max_iter=max_iter, xtol=1e-6, gtol=1e-10,
         verbose=minimize.Verbosity.FULLITER, output=out)
     text = out.getvalue()
+    if trace_out is not None:
+        trace_out.extend(trace)
     history = [float(t.objective) for t in trace]
     converged = 'maximum iterations reached' not in text and 'factorization failed' not in text
     return x, history, converged, len(trace) - 1, text
@@ -210,6 +234,145 @@ def _cmaes(problem: _Problem, x0, lo, hi, generations: int, seed: int):
     return best_x, history
 
 
+def _estimates(specs, x, scale, half) -> ParameterSet:
+    out = ParameterSet()
+    for i, s in enumerate(specs):
+        v = float(x[i] * scale[i])
+        hw = float(half[i] * scale[i])
+        identified = bool(np.isfinite(hw) and hw < 0.25 * (s.upper - s.lower))
+        lo95 = max(s.lower, v - hw) if np.isfinite(hw) else s.lower
+        hi95 = min(s.upper, v + hw) if np.isfinite(hw) else s.upper
+        out.add(ParameterEstimate(s.name, v, lo95, hi95, s.prior, s.unit, identified))
+    return out
+
+
+def _unidentify(result_set: ParameterSet, names) -> ParameterSet:
+    """``result_set`` with ``names`` marked not identified (sim_server then keeps their
+    priors, randomisation leaves them out)."""
+    out = ParameterSet()
+    for e in result_set:
+        out.add(ParameterEstimate(e.name, e.value, e.lower_95, e.upper_95, e.prior, e.unit,
+                                  e.identified and e.name not in names))
+    return out
+
+
+def fit_warnings(specs, values: dict, residual: float, noise: float | None,
+                 spikes=()) -> tuple[list[str], list[str]]:
+    """(warnings, names at a bound) for a fit: estimates pinned at a bound, a residual above
+    RESIDUAL_NOISE_RATIO x the joint-state noise, residual spikes (contact)."""
+    warns, pinned = [], []
+    for s in specs:
+        v, tol = values[s.name], BOUND_TOLERANCE * (s.upper - s.lower)
+        side = 'lower' if v <= s.lower + tol else 'upper' if v >= s.upper - tol else ''
+        if side:
+            pinned.append(s.name)
+            warns.append(f'{s.name} = {v:.4g} is pinned at its {side} bound '
+                         f'({s.lower:g}..{s.upper:g}): not identified by these probes, or '
+                         f'the model cannot explain them (contact, wrong bounds)')
+    if noise and np.isfinite(residual) and residual > RESIDUAL_NOISE_RATIO * noise:
+        warns.append(f'fit residual {residual:.3g} rad is {residual / noise:.1f} x the '
+                     f'joint-state noise {noise:.3g} rad (test: <= {RESIDUAL_NOISE_RATIO:g} x):'
+                     f' the twin does not explain the motion (contact, model error)')
+    if spikes:
+        where = sorted({f"{sp['recording']}:{sp['joint']}@{sp['t_start']:.2f}s" for sp in spikes})
+        warns.append(f'{len(spikes)} residual spike(s) in the torque regression, '
+                     f'{", ".join(where[:6])}{" ..." if len(where) > 6 else ""}: '
+                     f'contact during the probes? (rollout polish skipped)')
+    return warns, pinned
+
+
+def joint_noise(recordings) -> float:
+    """RMS joint-state noise (rad) of ``recordings`` (regression.py's filter residual)."""
+    from .regression import RegressionOptions, _filtered
+    vals = []
+    for r in recordings:
+        try:
+            vals.append(_filtered(r, RegressionOptions())[6])
+        except ValueError:
+            continue
+    return float(np.sqrt(np.mean(np.square(vals)))) if vals else float('nan')
+
+
+def _regression_fit(twin, specs, recordings, heldout, problem, lo, hi, x0, max_iter,
+                    nthread, object_weight, progress, polish: bool):
+    """The regression path of :func:`identify` (see the module docstring)."""
+    from .regression import regress_arm
+    scale = problem.scale
+    stages = {}
+    t = time.perf_counter()
+    reg = regress_arm(twin, specs, recordings)
+    stages['regression_s'] = time.perf_counter() - t
+    if progress:
+        progress('regression', 0.3, float('nan'))
+    x_reg = np.clip(np.array([reg.values[s.name] for s in specs]) / scale, lo, hi)
+    hp = _Problem(twin, specs, heldout, nthread, object_weight) if heldout else None
+    t = time.perf_counter()
+    r_reg = problem(x_reg[:, None])[:, 0]
+    held_reg = rms_error(hp(x_reg[:, None])[:, 0]) if hp else float('nan')
+    stages['regression_rollouts_s'] = time.perf_counter() - t
+    noise = float(np.sqrt(np.mean(reg.joint_noise ** 2)))
+    score = (lambda r, h: h if hp else rms_error(r))   # noqa: E731
+    x, r, history, iters, method, note = x_reg, r_reg, [], 0, 'regression', ''
+    polished = None
+    if reg.spikes:
+        note = 'skipped: residual spikes (contact?)'
+    elif not polish:
+        note = "skipped: method 'regression'"
+    else:
+        t = time.perf_counter()
+        trace = []
+        xp, hist, converged, it, text = _least_squares(problem, x_reg, lo, hi, max_iter, trace)
+        stages['polish_s'] = time.perf_counter() - t
+        rp = problem(xp[:, None])[:, 0]
+        held_p = rms_error(hp(xp[:, None])[:, 0]) if hp else float('nan')
+        polished = {'residual': rms_error(rp), 'heldout': held_p, 'converged': converged,
+                    'iterations': it}
+        if progress:
+            progress('least_squares', 0.8, hist[-1] if hist else float('nan'))
+        if score(rp, held_p) < score(r_reg, held_reg):
+            x, r, history, iters = xp, rp, hist, it
+            method = 'regression+least_squares'
+            note = 'kept: lower ' + ('held-out error' if hp else 'fitting residual')
+            if not converged:
+                note += f' (not converged in {max_iter} iterations)'
+        else:
+            note = 'discarded: no lower ' + ('held-out error' if hp else 'fitting residual')
+    t = time.perf_counter()
+    if method == 'regression':
+        half = np.array([reg.half_widths[s.name] for s in specs]) / scale
+        cov = reg.covariance
+    else:
+        # The solver's last Jacobian (forward differences, the same step as
+        # _Problem.jacobian) at its last candidate, a converged step away from x.
+        last = trace[-1] if trace else None
+        if last is not None and last.jacobian is not None and \
+                np.max(np.abs(np.asarray(last.candidate) - x)) <= 1e-3:
+            rj, jac = r, np.asarray(last.jacobian)
+        else:
+            rj, jac = problem.jacobian(x)
+        cov_scaled, half = confidence_half_widths(rj, jac)
+        cov = cov_scaled * np.outer(scale, scale)
+    stages['intervals_s'] = time.perf_counter() - t
+    result_set = _estimates(specs, x, scale, half)
+    values = result_set.values()
+    warns, pinned = fit_warnings(specs, values, rms_error(r), noise, reg.spikes)
+    result_set = _unidentify(result_set, values if reg.spikes else pinned)
+    held_before = held_after = float('nan')
+    if hp:
+        rh = hp(np.column_stack([x0, x]))
+        held_before, held_after = rms_error(rh[:, 0]), rms_error(rh[:, 1])
+        problem.n_rollouts += hp.n_rollouts
+    diagnostics = {
+        'condition_number': reg.condition_number, 'joint_noise': noise,
+        'joint_noise_per_joint': reg.joint_noise.tolist(),
+        'torque_residual_rms': reg.torque_residual_rms.tolist(), 'spikes': reg.spikes,
+        'at_bound': pinned, 'regression': {'values': reg.values, 'residual': rms_error(r_reg),
+                                           'heldout': held_reg, **reg.timings},
+        'polish': {'note': note, **(polished or {})}, 'stages_s': stages}
+    return x, r, history, iters, method, cov, result_set, warns, diagnostics, \
+        held_before, held_after
+
+
 def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording],
              heldout: list[Recording] | None = None, *, method: str = 'auto',
              nthread: int = 1, max_iter: int = 30, cma_generations: int = 30,
@@ -217,19 +380,26 @@ def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording]
              progress=None) -> FitResult:
     """Fit ``specs`` (start at their priors) to ``recordings``; evaluate on ``heldout``.
 
-    restarts: extra least-squares starts drawn inside the bounds (0: the priors only).
+    This is the one arm-fit entry point (the system_identification node and the evaluation
+    harness call it). restarts: extra least-squares starts drawn inside the bounds (0: the
+    priors only; the rollout path only).
 
-    method: 'least_squares', 'cmaes' (then a least-squares polish) or 'auto' (CMA-ES first
-    when any contact friction is declared). The twin keeps the fitted values on success.
+    method: 'auto' (regression + one polish when every spec is an arm parameter the
+    regression fits, else as 'least_squares', or CMA-ES first when any contact friction is
+    declared), 'regression' (the regression alone, no polish), 'least_squares' (multi-start
+    rollout fit, the reference) or 'cmaes' (then a least-squares polish). The twin keeps
+    the fitted values on success.
     Raises UnknownParameterError, InvalidBoundsError (from ParameterSpec),
-    NotConvergedError, UnstableTwinError.
+    NotConvergedError (rollout paths), UnstableTwinError.
     """
-    t0 = time.perf_counter()
+    from .regression import regression_supported
+    t0, cpu0 = time.perf_counter(), time.process_time()
     _validate(twin, specs)
     if not recordings:
         raise ValueError('no recordings to fit')
-    if method not in ('auto', 'least_squares', 'cmaes'):
-        raise ValueError(f"method {method!r}: expected 'auto', 'least_squares' or 'cmaes'")
+    if method not in ('auto', 'regression', 'least_squares', 'cmaes'):
+        raise ValueError(f"method {method!r}: expected 'auto', 'regression', "
+                         f"'least_squares' or 'cmaes'")
     problem = _Problem(twin, specs, recordings, nthread, object_weight)
     scale = problem.scale
     lo = np.array([s.lower for s in specs]) / scale
@@ -239,6 +409,29 @@ def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording]
         r0 = problem(x0[:, None])[:, 0]
     except UnstableTwinError as exc:
         raise UnstableTwinError(f'the twin is unstable at the priors: {exc}') from None
+    supported = regression_supported(twin, specs)
+    if method == 'regression' and not supported:
+        raise ValueError('method regression fits only arm joint damping / armature / '
+                         'frictionloss, command latency and gravity compensation')
+    fallback = ''
+    if method == 'regression' or (method == 'auto' and supported):
+        try:
+            (x, r, history, iters, used, cov, result_set, warns, diag, held_before,
+             held_after) = _regression_fit(twin, specs, recordings, heldout, problem, lo, hi,
+                                           x0, max_iter, nthread, object_weight, progress,
+                                           polish=method == 'auto')
+        except ValueError as exc:     # e.g. recordings shorter than the filter needs
+            if method == 'regression':
+                raise
+            fallback = f'regression not possible ({exc}): the least-squares rollout fit'
+    if not fallback and (method == 'regression' or (method == 'auto' and supported)):
+        twin.set_parameters(result_set.values())
+        diag['cpu_s'] = time.process_time() - cpu0
+        if progress:
+            progress('done', 1.0, rms_error(r))
+        return FitResult(result_set, rms_error(r0), rms_error(r), held_before, held_after,
+                         time.perf_counter() - t0, problem.n_rollouts, used, iters, cov,
+                         history, warns, diag)
     use_cma = method == 'cmaes' or (method == 'auto' and any(
         s.name.rsplit('/', 1)[-1] in NON_SMOOTH_FIELDS and s.name.startswith('geom/')
         for s in specs))
@@ -258,14 +451,11 @@ def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording]
     r, jac = problem.jacobian(x)
     cov_scaled, half = confidence_half_widths(r, jac)
     cov = cov_scaled * np.outer(scale, scale)
-    result_set = ParameterSet()
-    for i, s in enumerate(specs):
-        v = float(x[i] * scale[i])
-        hw = float(half[i] * scale[i])
-        identified = bool(np.isfinite(hw) and hw < 0.25 * (s.upper - s.lower))
-        lo95 = max(s.lower, v - hw) if np.isfinite(hw) else s.lower
-        hi95 = min(s.upper, v + hw) if np.isfinite(hw) else s.upper
-        result_set.add(ParameterEstimate(s.name, v, lo95, hi95, s.prior, s.unit, identified))
+    result_set = _estimates(specs, x, scale, half)
+    noise = joint_noise(recordings) if supported else None
+    warns, pinned = fit_warnings(specs, result_set.values(), rms_error(r), noise)
+    warns = ([fallback] if fallback else []) + warns
+    result_set = _unidentify(result_set, pinned)
     held_before = held_after = float('nan')
     if heldout:
         hp = _Problem(twin, specs, heldout, nthread, object_weight)
@@ -278,4 +468,5 @@ def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording]
     return FitResult(result_set, rms_error(r0), rms_error(r), held_before, held_after,
                      time.perf_counter() - t0, problem.n_rollouts,
                      'cmaes+least_squares' if use_cma else 'least_squares', iters, cov,
-                     history)
+                     history, warns, {'joint_noise': noise, 'at_bound': pinned,
+                                      'cpu_s': time.process_time() - cpu0})
