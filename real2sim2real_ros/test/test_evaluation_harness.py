@@ -14,6 +14,7 @@ from real2sim2real_ros.core.evaluation.harness import (
     SCHEMA,
     HarnessConfig,
     _twin_name,
+    heldout_criterion,
     run,
     summarize,
 )
@@ -57,13 +58,16 @@ def _cell(name, twin, cell, rows=(), heldout=None):
 def test_summary_gain_correlation_and_parameter_scores():
     row = {'truth': 0.5, 'identified': True}
     cells = [_cell('a', [0.2, 0.9, 0.95], [0.1, 0.85, 0.9],
-                   [{**row, 'relative_error': 0.05, 'covered': True, 'pinned': True},
-                    {**row, 'relative_error': 0.2, 'covered': False, 'pinned': False}],
+                   [{**row, 'relative_error': 0.05, 'covered': True, 'pinned': True,
+                     'prior': 0.52},
+                    {**row, 'relative_error': 0.2, 'covered': False, 'pinned': False,
+                     'prior': 0.7}],
                    heldout=(0.040, 0.008, 0.006)),
              _cell('b', [0.5, 1.0, 1.0], [0.4, 0.95, 1.0],
-                   [{**row, 'relative_error': 0.01, 'covered': True, 'pinned': True},
+                   [{**row, 'relative_error': 0.01, 'covered': True, 'pinned': True,
+                     'prior': 0.3},
                     {'truth': 1.0, 'identified': False, 'relative_error': 0.5,
-                     'covered': True, 'pinned': False},
+                     'covered': True, 'pinned': False, 'prior': 1.05},
                     # Centre of mass offsets: judged in metres, apart from the relative scores.
                     {'truth': 0.004, 'identified': True, 'offset': True, 'abs_error': 0.0012,
                      'covered': True, 'pinned': False},
@@ -91,6 +95,38 @@ def test_summary_gain_correlation_and_parameter_scores():
     assert s['object_heldout_pooled_ratio'] == pytest.approx(
         np.sqrt((0.008 ** 2 + 0.006 ** 2) / (0.040 ** 2 + 0.010 ** 2)))
     assert s['object_heldout_ratio_true_parameters'] == pytest.approx([0.15, 0.5])
+    # The held-out criterion: a by its ratio (0.2 <= 0.3), b by the floor (0.006 <= 2 x 0.005).
+    crit = {r['cell']: r for r in s['object_heldout_criterion']}
+    assert (crit['a']['by'], crit['b']['by']) == ('ratio', 'floor')
+    assert s['object_heldout_criterion_passed'] == 2 and s['object_heldout_criterion_cells'] == 2
+    # The same "within 10%" shares at the prior: identified rows 0.52/0.7/0.3 vs 0.5 -> 1 of 3;
+    # all rows (+ 1.05 vs 1.0) -> 2 of 4; pinned (0.52, 0.3) -> 1 of 2.
+    assert s['identified_within_10pct_at_prior'] == pytest.approx(1 / 3)
+    assert s['within_10pct_all_at_prior'] == pytest.approx(2 / 4)
+    assert s['pinned_within_10pct_at_prior'] == pytest.approx(1 / 2)
+    # Twin prediction error per policy-cell pair (points) and its mean; r over the nominal
+    # policy's pairs only (n = 2: undefined), all pairs n = 6.
+    errs = [p['error_points'] for p in s['twin_prediction_error_points']]
+    assert errs == pytest.approx(100 * np.abs(np.subtract(twin, cell)))
+    assert s['twin_prediction_error_mean_points'] == pytest.approx(100 * np.mean(
+        np.abs(np.subtract(twin, cell))))
+    assert s['twin_prediction_error_mean_points_nominal'] == pytest.approx(10.0)
+    assert s['pearson_n_nominal_pairs'] == 2 and s['pearson_r_nominal_pairs'] is None
+    assert s['pearson_n_all_pairs'] == 6
+    assert s['observation_sources'] == {'a': 'truth', 'b': 'truth'}
+
+
+def test_heldout_criterion_numbers():
+    # after <= 0.3 x before passes by the ratio, whatever the floor.
+    assert heldout_criterion(0.040, 0.012, None)['by'] == 'ratio'
+    # 0.6 x before, but within 2 x the true-value floor (0.006 <= 0.008): passes by the floor.
+    r = heldout_criterion(0.010, 0.006, 0.004)
+    assert r['pass'] and r['by'] == 'floor' and r['ratio'] == pytest.approx(0.6)
+    assert r['floor_ratio'] == pytest.approx(1.5)
+    # Neither: 0.9 x before and 2.25 x the floor; a missing / NaN floor cannot rescue it.
+    for floor in (0.004, None, float('nan')):
+        assert not heldout_criterion(0.010, 0.009, floor)['pass']
+    assert heldout_criterion(0.010, 0.0031, None)['pass'] is False
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):

@@ -84,12 +84,14 @@ def ring_cameras(spec: CellSpec, n: int, radius: float = 0.55,
     return dataclasses.replace(spec, cameras=tuple(cams))
 
 
-def capture_views(world, spec: CellSpec, calibration_error: bool = True):
+def capture_views(world, spec: CellSpec, calibration_error: bool = True, robot=None):
     """(views, robot mask) rendered by ``world`` from every camera of ``spec``, with the pose a
-    real calibration would publish (the spec's calibration error drawn once per camera)."""
+    real calibration would publish (the spec's calibration error drawn once per camera).
+    The mask: with ``robot`` (a RobotDescription, the URDF) at the measured joint states, as
+    a real cell's; without, from the world's own model (a truth read)."""
     from .. import camera_model
     from ..reconstruction import CameraIntrinsics, CaptureView
-    from ..reconstruction.robot_mask import mujoco_robot_mask
+    from ..reconstruction.robot_mask import description_robot_mask, mujoco_robot_mask
     from ..reconstruction.views import pose_matrix
     rng = np.random.default_rng(spec.seed)
     views = []
@@ -101,4 +103,7 @@ def capture_views(world, spec: CellSpec, calibration_error: bool = True):
                                                  cam.calibration_error_rotation, rng)
         intr = CameraIntrinsics(cam.fx, cam.fy, cam.cx, cam.cy, cam.width, cam.height)
         views.append(CaptureView(rgb, depth, intr, pose_matrix(rot, pos), cam.name))
+    if robot is not None:
+        q = dict(zip(world.joint_names, (float(v) for v in world.joint_positions())))
+        return views, description_robot_mask(robot, [q])
     return views, mujoco_robot_mask(world.model, world.data)
