@@ -32,6 +32,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument('--draw-cells', type=int, default=0, metavar='N',
                    help='also evaluate N cells drawn from the wide prior (object friction '
                    '0.2-1.0, mass 0.05-1 kg, joint damping 0.5-2x, latency 0-40 ms)')
+    p.add_argument('--prior', choices=('physics', 'wide'), default='physics',
+                   help='what drawn cells vary: physics (the above) or wide (table height and '
+                   'placement, object shape, size, pose, clutter, camera pose, joint physics, '
+                   'contact stiffness: core/evaluation/cells.py WIDE_PRIOR)')
     p.add_argument('--seed', type=int, default=0, help='seed for drawn cells and training')
     p.add_argument('--robot', default=None, metavar='URDF',
                    help='robot description for every cell (default: each spec\'s robot)')
@@ -111,7 +115,7 @@ def cmd_evaluate(args) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     if args.draw_cells:
-        specs += draw_cells(args.draw_cells, args.seed, out_dir / 'cells')
+        specs += draw_cells(args.draw_cells, args.seed, out_dir / 'cells', prior=args.prior)
     if not specs:
         print('r2s2r evaluate: give --cell-spec FILE... and/or --draw-cells N', file=sys.stderr)
         return EXIT_USAGE

@@ -178,6 +178,10 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     if cfg.object_id not in recon['_by_truth']:
         raise RuntimeError(f'{spec.name}: reconstruction did not find {cfg.object_id!r}')
     found = recon['_found'][recon['_by_truth'][cfg.object_id].found_id]
+    if found.shape != 'box':
+        raise RuntimeError(f'UNSUPPORTED_OBJECT: {spec.name}: the task object '
+                           f'{cfg.object_id!r} was reconstructed as a {found.shape}; the tasks '
+                           f'act on boxes')
     object_map = {cfg.object_id: found.id}
     size = tuple(float(x) for x in found.extents)
     table_h = recon['table_height']
