@@ -193,6 +193,18 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert c['policies']['identified']['twin_own'] == \
         c['policies']['identified']['twin_identified']
     assert set(c['stage_seconds']) >= {'reconstruct', 'identify', 'train_nominal'}
+    # The policies on the cell saw the tracker (start frames only: a one-shot task), and no
+    # stage read the cell's truth outside scoring / emulation (the door is strict: a leak
+    # would have failed the cell); the one declared reader is the servo gains.
+    obs = c['observation']
+    assert obs['source'] == 'tracker' and saved['summary']['observation_sources'] == {
+        spec.name: 'tracker'}
+    assert obs['frames'] == 3 * 3 * len(POLICIES) and obs['rate_hz'] == 5.0
+    reads = c['truth_reads']
+    assert reads['leaks'] == [] and reads['allowed']['scoring']['object_poses'] == 9
+    assert {d['reader'].split(':')[0] for d in reads['declared']} <= {
+        'real2sim2real_ros.core.evaluation.identification.known_gains'}
+    assert len(saved['summary']['object_heldout_criterion']) == 1
 
 
 PUSH_TINY = {'demos': 6, 'eval_trials': 2,
@@ -246,6 +258,10 @@ def test_push_to_pose_through_the_harness_writes_the_documented_fields(tmp_path,
     assert set(c['stage_seconds']) == {'reconstruct', 'identify',
                                        *(f'{s}_{n}' for n in POLICIES
                                          for s in ('train', 'evaluate'))}
+    # Closed loop: the tracker streamed frames during every push (5 Hz of cell time).
+    obs = c['observation']
+    assert obs['source'] == 'tracker' and obs['stream'] is True
+    assert obs['frames_per_trial'] > 5 and c['truth_reads']['leaks'] == []
     s = saved['summary']
     assert set(s) >= {f'cell_success_{n}' for n in POLICIES} | {
         'gain_points_identified_dr_vs_nominal', 'pearson_r_identified_twin_vs_cell'}

@@ -103,6 +103,9 @@ def test_tracked_slide_episode_reads_truth_only_to_score_and_a_leaking_observer_
             return np.array([1.0, 0.0]) if xyz[0] > 0 else np.array([0.5, 0.0])
         with pytest.raises(TruthLeak, match='leaking.*object_poses'):
             task.run_episode(cell, reset, leaking)
+        # The old harness's backend (the policy plans from the true start) is a leak too.
+        with pytest.raises(TruthLeak, match='observe_start.*object_poses'):
+            task.run_episode(CellWorld(world, 'box_0'), reset, honest)
     finally:
         world.close()
 

@@ -220,12 +220,13 @@ class CellWorld:
     def observe_start(self, object_xyz, object_yaw: float):
         """The evaluator places the object (the arm at its initial pose); the start pose the
         policy plans from: tracked (None when the tracker does not see it), or without an
-        observer the placement itself."""
+        observer the true pose (a truth read)."""
         w = self.world
         w.reset()
         self._place(object_xyz, object_yaw)
         if self.observer is None:
-            return np.asarray(object_xyz, float), float(object_yaw)
+            xyz, quat = w.object_poses()[self.object_id]
+            return xyz, quat_yaw(quat)
         return self.observer.begin(w)
 
     def reset(self, q0, object_xyz, object_yaw: float, via=None,
