@@ -506,16 +506,19 @@ class EmulatedWorld:
         _, rgb, depth = self.render_with_time(camera, noise)
         return rgb, depth
 
-    def render_with_time(self, camera: str, noise: bool = True):
-        """(world time of the snapshot, rgb, depth): the stamp a camera driver would use."""
+    def render_with_time(self, camera: str, noise: bool = True, rgb: bool = True):
+        """(world time of the snapshot, rgb, depth): the stamp a camera driver would use.
+        ``rgb=False``: depth only (rgb None; a depth consumer's half of the cost)."""
         cam = self._spec.camera(camera)
         r = self._renderer(cam)
         with self.lock:
             r.update_scene(self._data, camera=cam.name)
             stamp = self.time
         # Both images from the one scene snapshot: colour and depth stay in step.
-        r.disable_depth_rendering()
-        rgb = r.render().copy()
+        colour = None
+        if rgb:
+            r.disable_depth_rendering()
+            colour = r.render().copy()
         r.enable_depth_rendering()
         depth = r.render().astype(np.float32)
         r.disable_depth_rendering()
@@ -525,7 +528,7 @@ class EmulatedWorld:
         else:
             depth[(depth <= 0) | (depth >= self._model.vis.map.zfar * self._model.stat.extent)] = \
                 np.nan
-        return stamp, rgb, depth
+        return stamp, colour, depth
 
     def close(self):
         cache = getattr(self._renderers, 'cache', None) or {}

@@ -74,7 +74,7 @@ class DepthTracker:
 
     def observe(self, world) -> dict:
         """{id: (xyz, yaw)} of the objects found in one new frame."""
-        _, depth = world.render(self.camera)
+        _, _, depth = world.render_with_time(self.camera, rgb=False)   # depth stream only
         t = time.process_time()
         res = self.tracker.update(depth, self.K, self.T,
                                   exclude=self.mask.at(world.joint_positions()))
