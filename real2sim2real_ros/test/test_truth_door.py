@@ -11,7 +11,7 @@ from real2sim2real_ros.core.evaluation.observation import START_FRAMES, TrackedO
 from real2sim2real_ros.core.object_tracking import TrackedObjectModel
 from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
 from real2sim2real_ros.core.tasks import get_task
-from real2sim2real_ros.core.tasks.worlds import CellWorld
+from real2sim2real_ros.core.tasks.worlds import CellWorld, ObservationLost
 from real2sim2real_ros.core.truth import TruthDoor, TruthLeak
 
 
@@ -132,6 +132,16 @@ def test_tracker_frames_on_the_grid_with_latency():
         assert obs._latest[0] == pytest.approx(1.0)
         assert np.linalg.norm(xyz[:2] - box.xyz[:2]) < 0.005
         assert obs.cost['render_s'] > 0 and obs.cost['track_s'] > 0
+        assert obs.missed == {}
+        # The box taken away: frames without it (the reason counted), and after the 1 s
+        # observation timeout the policy has no pose (the executor's OBSERVATION_UNAVAILABLE).
+        world.reset_objects(['box_0'], [((0.6, 0.0, -0.5), (1.0, 0.0, 0.0, 0.0))])
+        obs.step(world, 0.8)
+        cell.object_pose()                        # the last pose, 0.8 s old: still usable
+        obs.step(world, 0.4)
+        with pytest.raises(ObservationLost, match="no pose of 'box_0'"):
+            cell.object_pose()
+        assert sum(obs.missed.values()) == 6 and obs.cost['lost'] == 1
         assert world.truth.leaks == []
     finally:
         world.close()

@@ -71,6 +71,7 @@ class DepthTracker:
         self.rate = float(rate)
         self.frames = 0
         self.cpu = 0.0
+        self.last_missing: dict = {}
 
     def observe(self, world) -> dict:
         """{id: (xyz, yaw)} of the objects found in one new frame."""
@@ -80,6 +81,7 @@ class DepthTracker:
                                   exclude=self.mask.at(world.joint_positions()))
         self.cpu += time.process_time() - t
         self.frames += 1
+        self.last_missing = dict(res.missing)       # id -> why it was not reported
         return {oid: (p.position.copy(), float(p.yaw)) for oid, p in res.poses.items()}
 
 

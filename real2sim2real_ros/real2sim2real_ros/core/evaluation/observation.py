@@ -12,7 +12,8 @@ OBSERVATION_UNAVAILABLE.
 
 Frames are rendered only while someone may consume them: at an episode's start (the start
 pose, at rest) and, with ``stream``, during motion (closed-loop tasks). Cost figures
-(frames, render and tracking seconds) accumulate in :attr:`TrackedObservation.cost`.
+(frames, render and tracking seconds) accumulate in :attr:`TrackedObservation.cost`; frames
+without the object, by the tracker's reason, in :attr:`TrackedObservation.missed`.
 """
 from __future__ import annotations
 
@@ -49,10 +50,12 @@ class TrackedObservation:
         self._last_frame = -math.inf
         self.cost = {'frames': 0, 'render_s': 0.0, 'track_s': 0.0, 'episodes': 0,
                      'not_seen_at_start': 0, 'lost': 0}
+        self.missed: dict[str, int] = {}    # the tracker's reason -> frames without the object
 
     def config(self) -> dict:
         return {'source': self.source, 'rate_hz': self.rate, 'latency_s': self.latency,
-                'timeout_s': self.timeout, 'camera': self.tracker.camera}
+                'timeout_s': self.timeout, 'camera': self.tracker.camera,
+                'missed_frames_by_reason': dict(self.missed)}
 
     # ------------------------------------------------------------ frames
     def _frame(self, world) -> None:
@@ -70,6 +73,9 @@ class TrackedObservation:
         if self.object_id in seen:
             xyz, yaw = seen[self.object_id]
             self._pending.append((stamp, np.asarray(xyz, float), float(yaw)))
+        else:
+            why = self.tracker.last_missing.get(self.object_id, 'not reported')
+            self.missed[why] = self.missed.get(why, 0) + 1
 
     def _deliver(self, now: float) -> None:
         while self._pending and self._pending[0][0] + self.latency <= now + 1e-9:
