@@ -8,12 +8,14 @@ import sys
 import numpy as np
 import pytest
 
+from real2sim2real_ros.core.cell_spec import load_cell_spec
 from real2sim2real_ros.core.evaluation.cells import PRIOR, draw_cell_data, draw_cells
 from real2sim2real_ros.core.evaluation.harness import (
     POLICIES,
     SCHEMA,
     HarnessConfig,
     _twin_name,
+    heldout_criterion,
     run,
     summarize,
 )
@@ -57,13 +59,16 @@ def _cell(name, twin, cell, rows=(), heldout=None):
 def test_summary_gain_correlation_and_parameter_scores():
     row = {'truth': 0.5, 'identified': True}
     cells = [_cell('a', [0.2, 0.9, 0.95], [0.1, 0.85, 0.9],
-                   [{**row, 'relative_error': 0.05, 'covered': True, 'pinned': True},
-                    {**row, 'relative_error': 0.2, 'covered': False, 'pinned': False}],
+                   [{**row, 'relative_error': 0.05, 'covered': True, 'pinned': True,
+                     'prior': 0.52},
+                    {**row, 'relative_error': 0.2, 'covered': False, 'pinned': False,
+                     'prior': 0.7}],
                    heldout=(0.040, 0.008, 0.006)),
              _cell('b', [0.5, 1.0, 1.0], [0.4, 0.95, 1.0],
-                   [{**row, 'relative_error': 0.01, 'covered': True, 'pinned': True},
+                   [{**row, 'relative_error': 0.01, 'covered': True, 'pinned': True,
+                     'prior': 0.3},
                     {'truth': 1.0, 'identified': False, 'relative_error': 0.5,
-                     'covered': True, 'pinned': False},
+                     'covered': True, 'pinned': False, 'prior': 1.05},
                     # Centre of mass offsets: judged in metres, apart from the relative scores.
                     {'truth': 0.004, 'identified': True, 'offset': True, 'abs_error': 0.0012,
                      'covered': True, 'pinned': False},
@@ -91,6 +96,38 @@ def test_summary_gain_correlation_and_parameter_scores():
     assert s['object_heldout_pooled_ratio'] == pytest.approx(
         np.sqrt((0.008 ** 2 + 0.006 ** 2) / (0.040 ** 2 + 0.010 ** 2)))
     assert s['object_heldout_ratio_true_parameters'] == pytest.approx([0.15, 0.5])
+    # The held-out criterion: a by its ratio (0.2 <= 0.3), b by the floor (0.006 <= 2 x 0.005).
+    crit = {r['cell']: r for r in s['object_heldout_criterion']}
+    assert (crit['a']['by'], crit['b']['by']) == ('ratio', 'floor')
+    assert s['object_heldout_criterion_passed'] == 2 and s['object_heldout_criterion_cells'] == 2
+    # The same "within 10%" shares at the prior: identified rows 0.52/0.7/0.3 vs 0.5 -> 1 of 3;
+    # all rows (+ 1.05 vs 1.0) -> 2 of 4; pinned (0.52, 0.3) -> 1 of 2.
+    assert s['identified_within_10pct_at_prior'] == pytest.approx(1 / 3)
+    assert s['within_10pct_all_at_prior'] == pytest.approx(2 / 4)
+    assert s['pinned_within_10pct_at_prior'] == pytest.approx(1 / 2)
+    # Twin prediction error per policy-cell pair (points) and its mean; r over the nominal
+    # policy's pairs only (n = 2: undefined), all pairs n = 6.
+    errs = [p['error_points'] for p in s['twin_prediction_error_points']]
+    assert errs == pytest.approx(100 * np.abs(np.subtract(twin, cell)))
+    assert s['twin_prediction_error_mean_points'] == pytest.approx(100 * np.mean(
+        np.abs(np.subtract(twin, cell))))
+    assert s['twin_prediction_error_mean_points_nominal'] == pytest.approx(10.0)
+    assert s['pearson_n_nominal_pairs'] == 2 and s['pearson_r_nominal_pairs'] is None
+    assert s['pearson_n_all_pairs'] == 6
+    assert s['observation_sources'] == {'a': 'truth', 'b': 'truth'}
+
+
+def test_heldout_criterion_numbers():
+    # after <= 0.3 x before passes by the ratio, whatever the floor.
+    assert heldout_criterion(0.040, 0.012, None)['by'] == 'ratio'
+    # 0.6 x before, but within 2 x the true-value floor (0.006 <= 0.008): passes by the floor.
+    r = heldout_criterion(0.010, 0.006, 0.004)
+    assert r['pass'] and r['by'] == 'floor' and r['ratio'] == pytest.approx(0.6)
+    assert r['floor_ratio'] == pytest.approx(1.5)
+    # Neither: 0.9 x before and 2.25 x the floor; a missing / NaN floor cannot rescue it.
+    for floor in (0.004, None, float('nan')):
+        assert not heldout_criterion(0.010, 0.009, floor)['pass']
+    assert heldout_criterion(0.010, 0.0031, None)['pass'] is False
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path):
@@ -156,6 +193,18 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert c['policies']['identified']['twin_own'] == \
         c['policies']['identified']['twin_identified']
     assert set(c['stage_seconds']) >= {'reconstruct', 'identify', 'train_nominal'}
+    # The policies on the cell saw the tracker (start frames only: a one-shot task), and no
+    # stage read the cell's truth outside scoring / emulation (the door is strict: a leak
+    # would have failed the cell); the one declared reader is the servo gains.
+    obs = c['observation']
+    assert obs['source'] == 'tracker' and saved['summary']['observation_sources'] == {
+        spec.name: 'tracker'}
+    assert obs['frames'] == 3 * 3 * len(POLICIES) and obs['rate_hz'] == 5.0
+    reads = c['truth_reads']
+    assert reads['leaks'] == [] and reads['allowed']['scoring']['object_poses'] == 9
+    assert {d['reader'].split(':')[0] for d in reads['declared']} <= {
+        'real2sim2real_ros.core.evaluation.identification.known_gains'}
+    assert len(saved['summary']['object_heldout_criterion']) == 1
 
 
 PUSH_TINY = {'demos': 6, 'eval_trials': 2,
@@ -209,6 +258,45 @@ def test_push_to_pose_through_the_harness_writes_the_documented_fields(tmp_path,
     assert set(c['stage_seconds']) == {'reconstruct', 'identify',
                                        *(f'{s}_{n}' for n in POLICIES
                                          for s in ('train', 'evaluate'))}
+    # Closed loop: the tracker streamed frames during every push (5 Hz of cell time).
+    obs = c['observation']
+    assert obs['source'] == 'tracker' and obs['stream'] is True
+    assert obs['frames_per_trial'] > 5 and c['truth_reads']['leaks'] == []
     s = saved['summary']
     assert set(s) >= {f'cell_success_{n}' for n in POLICIES} | {
         'gain_points_identified_dr_vs_nominal', 'pearson_r_identified_twin_vs_cell'}
+
+
+def test_wide_prior_cells_build_settle_and_span_the_prior():
+    """Cells drawn from the wide prior: each builds, every object rests where the spec puts it
+    (no overlap, none off the table), and the draws span the stated ranges."""
+    from real2sim2real_ros.core.emulated_world import EmulatedWorld
+    from real2sim2real_ros.core.evaluation.cells import WIDE_PRIOR, draw_wide_cell_data
+    rng = np.random.default_rng(4)
+    draws = [draw_wide_cell_data(rng, i) for i in range(24)]
+    heights = [d['table']['height'] for d in draws]
+    assert WIDE_PRIOR['table_height'][0] <= min(heights) < -0.2
+    assert 0.1 < max(heights) <= WIDE_PRIOR['table_height'][1]
+    task = [d['objects'][0] for d in draws]
+    assert {o['shape'] for o in task} == {'box', 'cylinder'}
+    assert {len(d['objects']) - 1 for d in draws} == {0, 1, 2, 3}
+    sizes = [v for o in task if o['shape'] == 'box' for v in o['size'][:2]]
+    assert 0.04 <= min(sizes) < 0.06 and 0.13 < max(sizes) <= 0.15
+    every = [o for d in draws for o in d['objects']]     # clutter: the same prior
+    mass = [o['mass'] for o in every]
+    assert 0.03 <= min(mass) < 0.06 and 0.8 < max(mass) <= 1.5
+    mu = [o['friction'][0] for o in every]
+    assert 0.15 <= min(mu) < 0.25 and 0.9 < max(mu) <= 1.0
+    for d in draws[:8]:
+        spec = load_cell_spec(d)
+        world = EmulatedWorld(spec)
+        try:
+            world.step_for(0.5)
+            with world.truth.scoring():
+                poses = world.object_poses()
+            for o in spec.objects:
+                xyz, quat = poses[o.id]
+                assert np.linalg.norm(xyz[:2] - np.asarray(o.xyz[:2])) < 0.005, (spec.name, o.id)
+                assert abs(xyz[2] - o.xyz[2]) < 0.005 and abs(quat[0]) ** 2 + quat[3] ** 2 > 0.99
+        finally:
+            world.close()

@@ -32,6 +32,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument('--draw-cells', type=int, default=0, metavar='N',
                    help='also evaluate N cells drawn from the wide prior (object friction '
                    '0.2-1.0, mass 0.05-1 kg, joint damping 0.5-2x, latency 0-40 ms)')
+    p.add_argument('--prior', choices=('physics', 'wide'), default='physics',
+                   help='what drawn cells vary: physics (the above) or wide (table height and '
+                   'placement, object shape, size, pose, clutter, camera pose, joint physics, '
+                   'contact stiffness: core/evaluation/cells.py WIDE_PRIOR)')
     p.add_argument('--seed', type=int, default=0, help='seed for drawn cells and training')
     p.add_argument('--robot', default=None, metavar='URDF',
                    help='robot description for every cell (default: each spec\'s robot)')
@@ -41,6 +45,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument('--out-dir', default='', help='artifacts (reconstructions, checkpoints, '
                    'drawn cell specs); default: beside the JSON')
     p.add_argument('--jobs', type=int, default=2, help='cells evaluated in parallel')
+    p.add_argument('--observation', choices=('tracker', 'truth'), default='tracker',
+                   help='what a policy on the cell sees: the depth tracker at its rate and '
+                   'latency (the live graph; default) or the true pose (the old, kinder '
+                   'harness; every such read is listed as a truth leak in the JSON)')
+    p.add_argument('--compare-truth-observation', action='store_true',
+                   help='with the tracker: also run each policy on the cell seeing the true '
+                   'pose, same episodes (policies.<name>.cell_truth_observed; a labelled read)')
     p.add_argument('--quick', action='store_true',
                    help='small training budgets (a smoke test, not the reported figures)')
     p.add_argument('--train-config', type=_json_dict, default={}, metavar='JSON',
@@ -104,7 +115,7 @@ def cmd_evaluate(args) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     if args.draw_cells:
-        specs += draw_cells(args.draw_cells, args.seed, out_dir / 'cells')
+        specs += draw_cells(args.draw_cells, args.seed, out_dir / 'cells', prior=args.prior)
     if not specs:
         print('r2s2r evaluate: give --cell-spec FILE... and/or --draw-cells N', file=sys.stderr)
         return EXIT_USAGE
@@ -113,6 +124,9 @@ def cmd_evaluate(args) -> int:
         print(f'r2s2r evaluate: cell names must be unique, got {names}', file=sys.stderr)
         return EXIT_USAGE
     cfg = HarnessConfig(task=args.task, trials=args.trials, seed=args.seed,
+                        observation=args.observation,
+                        strict_truth=args.observation == 'tracker',
+                        compare_truth_observation=args.compare_truth_observation,
                         robot_urdf=str(Path(args.robot).resolve()) if args.robot else None,
                         train=_merge(QUICK_TRAIN if args.quick else {},
                                      getattr(args, 'train_config', None) or {}))
@@ -158,12 +172,24 @@ def print_report(report: dict) -> None:
     table = Table(title=f'{report["task"]}: success on the cell (twin-predicted), '
                   f'{report["trials"]} trials each')
     for col in ('cell', 'friction: truth / est. [95%]', 'mass kg: truth / est.',
-                'recon. mm', 'nominal', 'identified', 'identified+DR', 'stage s'):
+                'recon. mm', 'nominal', 'identified', 'identified+DR', 'observed by',
+                'held-out', 'stage s'):
         table.add_column(col)
+    s = report['summary']
+    held = {r['cell']: r for r in s.get('object_heldout_criterion', [])}
     for c in report['cells']:
         if 'error' in c:
-            table.add_row(c['name'], f'[red]{c["error"]}', '', '', '', '', '', '')
+            table.add_row(c['name'], f'[red]{c["error"]}', '', '', '', '', '', '', '', '')
             continue
+        h_row = held.get(c['name'])
+        held_txt = '-' if h_row is None else (
+            f'{"pass" if h_row["pass"] else "[red]FAIL"} {h_row["ratio"]:.2f}x before'
+            + ('' if h_row['floor_ratio'] is None else f', {h_row["floor_ratio"]:.1f}x floor'))
+        obs = c.get('observation', {})
+        obs_txt = obs.get('source', 'truth')
+        if obs.get('frames'):
+            obs_txt += (f' ({obs["frames_per_trial"]:.0f} fr, '
+                        f'{obs["render_ms_per_trial"] + obs["track_ms_per_trial"]:.0f} ms/trial)')
         rows = {r['name'].rsplit('/', 1)[-1] + ('_m' if '/mass' in r['name'] else ''): r
                 for r in c['identification']['parameters'] if '/object/' in r['name']}
         fr, ms = rows.get('friction'), rows.get('mass_m')
@@ -176,15 +202,39 @@ def print_report(report: dict) -> None:
         pol = c['policies']
         cells = [f'{pol[n]["cell"]["success_rate"]:.0%} '
                  f'({pol[n]["twin_identified"]["success_rate"]:.0%})'
+                 + (f' [truth-seen {pol[n]["cell_truth_observed"]["success_rate"]:.0%}]'
+                    if 'cell_truth_observed' in pol[n] else '')
                  for n in ('nominal', 'identified', 'identified_dr')]
-        table.add_row(c['name'], fr_txt, ms_txt, f'{rec * 1e3:.1f}', *cells,
+        table.add_row(c['name'], fr_txt, ms_txt, f'{rec * 1e3:.1f}', *cells, obs_txt, held_txt,
                       f'{sum(c["stage_seconds"].values()):.0f}')
-    Console(width=160).print(table)
-    s = report['summary']
+    Console(width=200).print(table)
     keys = ('cell_success_nominal', 'cell_success_identified', 'cell_success_identified_dr',
-            'gain_points_identified_dr_vs_nominal', 'pearson_r_identified_twin_vs_cell',
-            'identified_within_10pct', 'interval_coverage')
+            'gain_points_identified_dr_vs_nominal', 'interval_coverage')
     print('  '.join(f'{k}={s[k]:.3g}' for k in keys if isinstance(s.get(k), (int, float))))
+    for k in ('identified_within_10pct', 'within_10pct_all', 'pinned_within_10pct'):
+        if isinstance(s.get(k), float):
+            print(f'{k}={s[k]:.3g} (at the prior: {s[k + "_at_prior"]:.3g})')
+    if 'object_heldout_criterion' in s:
+        print(f'held-out criterion (after <= 0.3 x before or <= 2 x the true-value floor): '
+              f'{s["object_heldout_criterion_passed"]}/{s["object_heldout_criterion_cells"]} '
+              f'cells pass')
+    if 'twin_prediction_error_mean_points' in s:
+        print(f'twin prediction error: mean {s["twin_prediction_error_mean_points"]:.1f} points '
+              f'over {len(s["twin_prediction_error_points"])} policy-cell pairs '
+              f'(nominal policy only: {s["twin_prediction_error_mean_points_nominal"]:.1f})')
+
+    def r(v):
+        return 'undefined' if v is None else f'{v:.3f}'
+    if 'pearson_n_nominal_pairs' in s:
+        print(f'Pearson r identified twin vs cell: nominal-policy pairs '
+              f'{r(s["pearson_r_nominal_pairs"])} (n = {s["pearson_n_nominal_pairs"]}); all pairs '
+              f'{r(s["pearson_r_identified_twin_vs_cell"])} (n = {s["pearson_n_all_pairs"]}, '
+              f'2 of 3 per cell in their own training twin); own training twin '
+              f'{r(s["pearson_r_training_twin_vs_cell"])}')
+    leaks = [(c['name'], lk) for c in report['cells'] for lk in
+             c.get('truth_reads', {}).get('leaks', [])]
+    for name, lk in leaks:
+        print(f'truth leak in {name}: {lk["reader"]} read {lk["what"]} x{lk["count"]}')
 
 
 def main(argv=None) -> int:

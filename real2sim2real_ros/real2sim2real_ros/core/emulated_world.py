@@ -3,8 +3,12 @@
 Deliberately unlike any twin: its own timestep and contact settings, rounded edges, COM
 offsets, joint damping/friction/armature, a servo with finite stiffness and partial gravity
 compensation, a command latency (delay queue between the controller reference and the
-actuators) and noisy joint sensing. The pipeline must never read this object's truth;
-``object_poses`` and ``spec.hidden_truth()`` exist for the evaluator only.
+actuators) and noisy joint sensing. The pipeline must never read this object's truth: every
+accessor of it (``spec``, ``model``, ``data``, ``object_poses``, ``true_joint_positions``,
+``hidden_truth``, ``camera_spec``) goes through ``self.truth`` (core/truth.TruthDoor), which
+records who reads and, strict, refuses a read outside ``truth.scoring()`` /
+``truth.emulation(...)``. What a real cell gives (joint states, controller state, rendered
+noisy frames, trajectories in) is read freely.
 
 Thread safety: every public method takes ``self.lock``; rendering holds it only while copying
 the scene, so a physics thread is blocked for well under a millisecond per frame.
@@ -23,6 +27,7 @@ from .cell_spec import CameraSpec, CellSpec, ObjectSpec
 from .depth_noise import apply_depth_noise
 from .joint_trajectory import JointTrajectoryCommand, TrajectoryFollower
 from .offscreen import mujoco_renderer
+from .truth import TruthDoor
 
 ROBOT_PREFIX = 'robot/'
 OBJECT_PREFIX = 'object/'
@@ -140,8 +145,10 @@ def _solid_inertia(obj: ObjectSpec) -> list[float]:
 class EmulatedWorld:
     """A running emulated cell: physics, controller, sensors, cameras."""
 
-    def __init__(self, spec: CellSpec, robot_urdf: str | None = None):
-        self.spec = spec
+    def __init__(self, spec: CellSpec, robot_urdf: str | None = None,
+                 truth: TruthDoor | None = None):
+        self._spec = spec
+        self.truth = truth if truth is not None else TruthDoor()
         self.lock = threading.RLock()
         self.robot = load_robot_model(robot_urdf if robot_urdf else spec.urdf_path())
         self.joint_names = self.robot.joint_names
@@ -163,8 +170,8 @@ class EmulatedWorld:
         else:
             q0 = np.clip(np.zeros(n), self.robot.lower, self.robot.upper)
         self.initial_positions = q0
-        self.model = self._build(damping, frictionloss, armature)
-        self.data = mujoco.MjData(self.model)
+        self._model = self._build(damping, frictionloss, armature)
+        self._data = mujoco.MjData(self._model)
         self._index()
         self._rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 1]))
         self._depth_rngs = {c.name: np.random.default_rng(np.random.SeedSequence([spec.seed, 2, i]))
@@ -173,12 +180,12 @@ class EmulatedWorld:
         self._noise_lock = threading.Lock()
         self.follower = TrajectoryFollower(self.joint_names, q0, self.robot.lower,
                                            self.robot.upper)
-        self._latency_steps = int(round(rs.command_latency / self.model.opt.timestep))
+        self._latency_steps = int(round(rs.command_latency / self._model.opt.timestep))
         self.reset()
 
     # -------------------------------------------------------------------- building
     def _build(self, damping, frictionloss, armature) -> mujoco.MjModel:
-        spec = self.spec
+        spec = self._spec
         world = mujoco.MjSpec()
         world.modelname = f'emulated_cell_{spec.name}'
         opt = world.option
@@ -229,7 +236,7 @@ class EmulatedWorld:
                 warnings.simplefilter('ignore')
                 world.attach(self.robot.spec, frame=world.worldbody.add_frame(),
                              prefix=ROBOT_PREFIX)
-        gc = self.spec.robot.gravity_compensation
+        gc = self._spec.robot.gravity_compensation
         for body in world.bodies:
             if body.name.startswith(ROBOT_PREFIX):
                 body.gravcomp = gc
@@ -255,7 +262,7 @@ class EmulatedWorld:
             act.forcerange = [-self.robot.effort_limits[i], self.robot.effort_limits[i]]
 
     def _add_object(self, world, obj: ObjectSpec):
-        c = self.spec.contact
+        c = self._spec.contact
         body = world.worldbody.add_body(name=OBJECT_PREFIX + obj.id, pos=list(obj.xyz),
                                         quat=_yaw_quat(obj.yaw))
         body.add_freejoint(name=OBJECT_PREFIX + obj.id)
@@ -281,7 +288,7 @@ class EmulatedWorld:
                           size=[obj.size[0] / 2, obj.size[1] / 2, 0], **geom_kw)
 
     def _index(self):
-        m = self.model
+        m = self._model
         jids = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, ROBOT_PREFIX + n)
                 for n in self.joint_names]
         self._qadr = np.array([m.jnt_qposadr[j] for j in jids])
@@ -290,25 +297,54 @@ class EmulatedWorld:
                                                 ROBOT_PREFIX + n)
                               for n in self.joint_names])
         self._obj_qadr, self._obj_dadr = {}, {}
-        for obj in self.spec.objects:
+        for obj in self._spec.objects:
             j = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, OBJECT_PREFIX + obj.id)
             self._obj_qadr[obj.id] = m.jnt_qposadr[j]
             self._obj_dadr[obj.id] = m.jnt_dofadr[j]
 
+    # -------------------------------------------------------------------- truth (the door)
+    @property
+    def spec(self) -> CellSpec:
+        """The cell spec: every hidden constant (through the truth door)."""
+        self.truth.read('spec')
+        return self._spec
+
+    @property
+    def model(self) -> mujoco.MjModel:
+        """The cell's MuJoCo model: its true physics (through the truth door)."""
+        self.truth.read('model')
+        return self._model
+
+    @property
+    def data(self) -> mujoco.MjData:
+        """The cell's MuJoCo state: true poses and velocities (through the truth door)."""
+        self.truth.read('data')
+        return self._data
+
+    def hidden_truth(self, joint_names: list[str] | None = None) -> dict[str, float]:
+        """The spec's hidden parameters by name (CellSpec.hidden_truth; through the door)."""
+        self.truth.read('hidden_truth')
+        return self._spec.hidden_truth(joint_names)
+
+    @property
+    def object_ids(self) -> list[str]:
+        """The cell's object ids (the evaluator's names; no physics)."""
+        return list(self._obj_qadr)
+
     # -------------------------------------------------------------------- state
     @property
     def time(self) -> float:
-        return float(self.data.time)
+        return float(self._data.time)
 
     @property
     def timestep(self) -> float:
-        return float(self.model.opt.timestep)
+        return float(self._model.opt.timestep)
 
     def reset(self):
         """Robot at its initial positions, objects at their spec poses, time 0."""
         with self.lock:
-            mujoco.mj_resetData(self.model, self.data)
-            self.data.qpos[self._qadr] = self.initial_positions
+            mujoco.mj_resetData(self._model, self._data)
+            self._data.qpos[self._qadr] = self.initial_positions
             self._set_ctrl(self.initial_positions, np.zeros(len(self.joint_names)))
             self.follower.hold(self.initial_positions, 0.0)
             hold = (self.initial_positions.copy(), np.zeros(len(self.joint_names)))
@@ -320,15 +356,15 @@ class EmulatedWorld:
             self._measure()
 
     def _set_ctrl(self, q_ref, v_ref):
-        self.data.ctrl[self._act] = q_ref + self.kv / self.kp * v_ref
+        self._data.ctrl[self._act] = q_ref + self.kv / self.kp * v_ref
 
     def _measure(self):
         """Sample the noisy sensors once per step_for, so every reader sees the same value."""
-        std = self.spec.robot.joint_state_noise_std
+        std = self._spec.robot.joint_state_noise_std
         n = len(self.joint_names)
-        q = self.data.qpos[self._qadr].copy()
-        qd = self.data.qvel[self._dadr].copy()
-        tau = self.data.actuator_force[self._act].copy()
+        q = self._data.qpos[self._qadr].copy()
+        qd = self._data.qvel[self._dadr].copy()
+        tau = self._data.actuator_force[self._act].copy()
         if std > 0:
             q += self._rng.normal(0.0, std, n)
             # Velocity as a 100 Hz finite difference of the noisy encoder would carry.
@@ -349,9 +385,10 @@ class EmulatedWorld:
             return self._measured[2].copy()
 
     def true_joint_positions(self) -> np.ndarray:
-        """Noise-free joint positions (evaluator / tests only)."""
+        """Noise-free joint positions (evaluator / tests only; through the truth door)."""
+        self.truth.read('true_joint_positions')
         with self.lock:
-            return self.data.qpos[self._qadr].copy()
+            return self._data.qpos[self._qadr].copy()
 
     # -------------------------------------------------------------------- control
     def set_trajectory(self, cmd: JointTrajectoryCommand, now: float | None = None):
@@ -362,7 +399,7 @@ class EmulatedWorld:
     def hold(self):
         """Stop: hold the current (true) position from now on."""
         with self.lock:
-            self.follower.hold(self.data.qpos[self._qadr].copy(), self.time)
+            self.follower.hold(self._data.qpos[self._qadr].copy(), self.time)
 
     def trajectory_done(self) -> bool:
         with self.lock:
@@ -386,7 +423,7 @@ class EmulatedWorld:
 
     def step_for(self, duration: float) -> int:
         """Advance physics by ``duration`` seconds (rounded to whole steps); returns steps."""
-        n = max(0, int(round(duration / self.model.opt.timestep)))
+        n = max(0, int(round(duration / self._model.opt.timestep)))
         with self.lock:
             for _ in range(n):
                 self._step_once()
@@ -394,7 +431,7 @@ class EmulatedWorld:
         return n
 
     def _step_once(self):
-        t = self.data.time
+        t = self._data.time
         ref = self.follower.sample(t)
         self._reference = ref
         # Delay queue (length = latency steps): the servos get the reference from then.
@@ -402,17 +439,25 @@ class EmulatedWorld:
         q_ref, v_ref = self._delay.popleft()
         self._applied_q = q_ref
         self._set_ctrl(q_ref, v_ref)
-        mujoco.mj_step(self.model, self.data)
+        mujoco.mj_step(self._model, self._data)
 
     # -------------------------------------------------------------------- objects
     def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """TRUE object poses {id: (xyz, quat wxyz)} -- for the evaluator only."""
+        """TRUE object poses {id: (xyz, quat wxyz)} -- for the evaluator only (through the
+        truth door)."""
+        self.truth.read('object_poses')
         with self.lock:
             out = {}
             for oid, adr in self._obj_qadr.items():
-                out[oid] = (self.data.qpos[adr:adr + 3].copy(),
-                            self.data.qpos[adr + 3:adr + 7].copy())
+                out[oid] = (self._data.qpos[adr:adr + 3].copy(),
+                            self._data.qpos[adr + 3:adr + 7].copy())
             return out
+
+    def push_object(self, object_id: str, dv_xy) -> None:
+        """A disturbance (someone nudges the object): add a planar velocity (m/s)."""
+        with self.lock:
+            da = self._obj_dadr[object_id]
+            self._data.qvel[da:da + 2] += np.asarray(dv_xy, float)
 
     def reset_objects(self, ids=None, poses=None):
         """Put objects back at their spec poses, or at ``poses`` [(xyz, quat wxyz), ...]."""
@@ -427,20 +472,22 @@ class EmulatedWorld:
                     xyz, quat = poses[k]
                     quat = np.asarray(quat, float) / np.linalg.norm(quat)
                 else:
-                    obj = self.spec.object(oid)
+                    obj = self._spec.object(oid)
                     xyz, quat = obj.xyz, _yaw_quat(obj.yaw)
                 qa, da = self._obj_qadr[oid], self._obj_dadr[oid]
-                self.data.qpos[qa:qa + 3] = xyz
-                self.data.qpos[qa + 3:qa + 7] = quat
-                self.data.qvel[da:da + 6] = 0.0
-            mujoco.mj_forward(self.model, self.data)
+                self._data.qpos[qa:qa + 3] = xyz
+                self._data.qpos[qa + 3:qa + 7] = quat
+                self._data.qvel[da:da + 6] = 0.0
+            mujoco.mj_forward(self._model, self._data)
 
     # -------------------------------------------------------------------- cameras
     def camera_spec(self, name: str) -> CameraSpec:
-        return self.spec.camera(name)
+        """The camera's spec: its TRUE pose and calibration error (through the truth door)."""
+        self.truth.read('camera_spec')
+        return self._spec.camera(name)
 
     def intrinsics(self, name: str) -> camera_model.Intrinsics:
-        c = self.spec.camera(name)
+        c = self._spec.camera(name)
         return camera_model.Intrinsics(c.width, c.height, c.fx, c.fy, c.cx, c.cy)
 
     def _renderer(self, cam: CameraSpec) -> mujoco.Renderer:
@@ -449,7 +496,7 @@ class EmulatedWorld:
         if cache is None:
             cache = self._renderers.cache = {}
         if cam.name not in cache:
-            cache[cam.name] = mujoco_renderer(self.model, cam.height, cam.width)
+            cache[cam.name] = mujoco_renderer(self._model, cam.height, cam.width)
         return cache[cam.name]
 
     def render(self, camera: str, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -460,16 +507,19 @@ class EmulatedWorld:
         _, rgb, depth = self.render_with_time(camera, noise)
         return rgb, depth
 
-    def render_with_time(self, camera: str, noise: bool = True):
-        """(world time of the snapshot, rgb, depth): the stamp a camera driver would use."""
-        cam = self.spec.camera(camera)
+    def render_with_time(self, camera: str, noise: bool = True, rgb: bool = True):
+        """(world time of the snapshot, rgb, depth): the stamp a camera driver would use.
+        ``rgb=False``: depth only (rgb None; a depth consumer's half of the cost)."""
+        cam = self._spec.camera(camera)
         r = self._renderer(cam)
         with self.lock:
-            r.update_scene(self.data, camera=cam.name)
+            r.update_scene(self._data, camera=cam.name)
             stamp = self.time
         # Both images from the one scene snapshot: colour and depth stay in step.
-        r.disable_depth_rendering()
-        rgb = r.render().copy()
+        colour = None
+        if rgb:
+            r.disable_depth_rendering()
+            colour = r.render().copy()
         r.enable_depth_rendering()
         depth = r.render().astype(np.float32)
         r.disable_depth_rendering()
@@ -477,9 +527,9 @@ class EmulatedWorld:
             with self._noise_lock:   # the generator is shared; physics need not wait
                 depth = apply_depth_noise(depth, cam.depth_noise, self._depth_rngs[cam.name])
         else:
-            depth[(depth <= 0) | (depth >= self.model.vis.map.zfar * self.model.stat.extent)] = \
+            depth[(depth <= 0) | (depth >= self._model.vis.map.zfar * self._model.stat.extent)] = \
                 np.nan
-        return stamp, rgb, depth
+        return stamp, colour, depth
 
     def close(self):
         cache = getattr(self._renderers, 'cache', None) or {}

@@ -37,20 +37,32 @@ def offsets_in_twin_frame(spec, object_id: str, found_id: str,
             f'body/object/{found_id}/com_offset_y': float(s * x + c * y)}
 
 
+def tracked_models(objects) -> list:
+    """Tracker models (core/object_tracking.TrackedObjectModel) of reconstructed objects, as
+    the object_tracker node builds them from the scene (box, cylinder; others as boxes)."""
+    from ..object_tracking import TrackedObjectModel
+    return [TrackedObjectModel(o.id, tuple(float(e) for e in o.extents),
+                               o.shape if o.shape in ('box', 'cylinder') else 'box',
+                               tuple(float(v) for v in o.position[:2]), float(o.yaw))
+            for o in objects]
+
+
 class DepthTracker:
     """What the object_tracker node does, on an EmulatedWorld's camera renders."""
 
     def __init__(self, world, robot, models, table_height: float, camera: str | None = None,
-                 rate: float = 10.0, seed: int = 0):
+                 rate: float = 10.0, seed: int | None = None):
         from .. import camera_model
         from ..object_tracking import ObjectTracker, RobotGeomMask
-        spec = world.spec
-        cam = spec.camera(camera) if camera else spec.cameras[0]
+        # What the cell's calibration would publish: the true pose with its error drawn once.
+        with world.truth.emulation('calibrated camera pose and intrinsics'):
+            spec = world.spec
+            cam = spec.camera(camera) if camera else spec.cameras[0]
+            rng = np.random.default_rng(spec.seed if seed is None else seed)
+            rot, pos = camera_model.perturb_pose(cam.rotation_matrix, np.asarray(cam.position),
+                                                 cam.calibration_error_translation,
+                                                 cam.calibration_error_rotation, rng)
         self.camera = cam.name
-        rng = np.random.default_rng(seed)
-        rot, pos = camera_model.perturb_pose(cam.rotation_matrix, np.asarray(cam.position),
-                                             cam.calibration_error_translation,
-                                             cam.calibration_error_rotation, rng)
         self.T = np.eye(4)
         self.T[:3, :3], self.T[:3, 3] = rot, pos
         self.K = np.array([[cam.fx, 0, cam.cx], [0, cam.fy, cam.cy], [0, 0, 1.0]])
@@ -59,15 +71,17 @@ class DepthTracker:
         self.rate = float(rate)
         self.frames = 0
         self.cpu = 0.0
+        self.last_missing: dict = {}
 
     def observe(self, world) -> dict:
         """{id: (xyz, yaw)} of the objects found in one new frame."""
-        _, depth = world.render(self.camera)
+        _, _, depth = world.render_with_time(self.camera, rgb=False)   # depth stream only
         t = time.process_time()
         res = self.tracker.update(depth, self.K, self.T,
                                   exclude=self.mask.at(world.joint_positions()))
         self.cpu += time.process_time() - t
         self.frames += 1
+        self.last_missing = dict(res.missing)       # id -> why it was not reported
         return {oid: (p.position.copy(), float(p.yaw)) for oid, p in res.poses.items()}
 
 
@@ -120,7 +134,6 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
     Returns {'parameters': [ParameterEstimate, ...] (twin names 'geom/object/<id>/friction',
     'body/object/<id>/mass', 'body/object/<id>/com_offset_x|y'), 'object_frame_yaw' (rad, the
     twin object's frame, which its offsets are in), 'strikes': probe executions, figures...}."""
-    from ..object_tracking import TrackedObjectModel
     from ..sysid.object_fit import (
         ensure_object_priority,
         final_object_fits,
@@ -145,11 +158,8 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
     friction0 = {f'geom/object/{o.id}/friction': FRICTION_PRIOR[0] for o in objects
                  if o.id in twin.object_ids}
     twin.set_parameters(friction0)
-    models = [TrackedObjectModel(o.id, tuple(float(e) for e in o.extents),
-                                 o.shape if o.shape in ('box', 'cylinder') else 'box',
-                                 tuple(float(v) for v in o.position[:2]), float(o.yaw))
-              for o in objects if o.id in twin.object_ids]
-    tracker = DepthTracker(world, robot, models, table_height, seed=world.spec.seed)
+    models = tracked_models(o for o in objects if o.id in twin.object_ids)
+    tracker = DepthTracker(world, robot, models, table_height)   # calibration: the spec's seed
     table = table_region(twin)
     m0 = float(np.clip(found.mass, *MASS_BOUNDS))
     specs = [ParameterSpec(f'geom/object/{found.id}/friction', *FRICTION_PRIOR),
@@ -184,10 +194,11 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
             friction[found.id] = (e.lower_95 if e.identified else FRICTION_PRIOR[1], e.value,
                                   e.upper_95 if e.identified else FRICTION_PRIOR[2])
     # The objects' true values in the twin's names and frame: the held-out floor.
-    truth = world.spec.hidden_truth()
-    reference = {specs[0].name: truth[f'geom/{cfg.object_id}/friction'],
-                 specs[1].name: truth[f'body/{cfg.object_id}/mass'],
-                 **offsets_in_twin_frame(world.spec, cfg.object_id, found.id, frame_yaw)}
+    with world.truth.scoring():
+        truth = world.hidden_truth()
+        reference = {specs[0].name: truth[f'geom/{cfg.object_id}/friction'],
+                     specs[1].name: truth[f'body/{cfg.object_id}/mass'],
+                     **offsets_in_twin_frame(world.spec, cfg.object_id, found.id, frame_yaw)}
     fit, _ = final_object_fits(twin, specs, strike_recs, nthread=1, arm_priors=arm_priors,
                                reference=reference)
     return {'parameters': [fit.parameters[s.name] for s in specs],

@@ -25,7 +25,7 @@ it labels any state (DAgger, core/policies/dagger.py).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from .base import (
     wrap_angle,
 )
 from .kinematics import IKError, ToolDownIK
-from .worlds import quat_yaw
+from .worlds import ObservationLost, observed_start, quat_yaw, scored_pose
 
 
 @dataclass
@@ -152,8 +152,8 @@ class PushToPose:
         return float(self.success(state)) - self.error(state) / 0.1 - 0.1 * self.yaw_error(state)
 
     # ---------------------------------------------------------------- running
-    def _state(self, world, reset, tip_xy) -> dict:
-        xyz, quat = world.object_pose()
+    def _state(self, world, reset, tip_xy, scored: bool = False) -> dict:
+        xyz, quat = scored_pose(world) if scored else world.object_pose()
         return {'object_xy': np.asarray(xyz[:2]), 'object_z': float(xyz[2]),
                 'object_yaw': quat_yaw(quat), 'goal_xy': reset.goal_xy,
                 'goal_yaw': reset.goal_yaw, 'tip_xy': np.asarray(tip_xy)}
@@ -169,17 +169,30 @@ class PushToPose:
         unstable, ik_failures."""
         c = self.cfg
         z = c.table_height + c.push_height
-        tip = self.start_tip(reset)
+        true_xyz = [*reset.object_xy, self.object_z]
+        info = {'steps': 0, 'unstable': False, 'ik_failures': 0, 'kicked': False}
+        seen = observed_start(world, true_xyz, reset.object_yaw)
+        if seen is None:    # the executor would refuse: no pose to start from
+            state = self._state(world, reset, self.start_tip(reset), scored=True)
+            info.update(not_seen=True, yaw_error=self.yaw_error(state), rewards=[],
+                        final_observation=self.observation(state))
+            return EpisodeResult(False, 0.0, self.error(state),
+                                 np.zeros((0, self.observation_dim)),
+                                 np.zeros((0, self.action_dim)), state['object_xy'],
+                                 state['object_yaw'], info)
+        view = replace(reset, object_xy=np.asarray(seen[0][:2], float),
+                       object_yaw=float(seen[1]))
+        tip = self.start_tip(view)
         q = self.ik.solve([*tip, z])
         via = None
         if getattr(world, 'kind', '') == 'cell':   # a physical arm comes down onto the start
             via = self.ik.solve([*tip, z + c.approach_height], q)
-        world.reset(q, [*reset.object_xy, self.object_z], reset.object_yaw, via=via)
+        world.reset(q, true_xyz, reset.object_yaw, via=via)
         obs_log, act_log, rewards = [], [], []
-        state = self._state(world, reset, tip)
-        info = {'steps': 0, 'unstable': False, 'ik_failures': 0, 'kicked': False}
         lo_x, hi_x, lo_y, hi_y = c.workspace
         try:
+            # What the policy observes (a cell's tracker); the loop stops when IT says done.
+            state = self._state(world, reset, tip)
             for k in range(c.max_steps):
                 if k == reset.extra.get('kick_step', -1):
                     world.kick_object(reset.extra['kick_velocity'])
@@ -203,14 +216,18 @@ class PushToPose:
                     break
         except UnstableTwinError:
             info['unstable'] = True
-        ok = self.success(state) and not info['unstable']
-        info['yaw_error'] = self.yaw_error(state)
+        except ObservationLost:
+            info['observation_lost'] = True
+        # The score: the backend's scored pose (a cell's truth), whatever the policy saw.
+        final = state if info['unstable'] else self._state(world, reset, tip, scored=True)
+        ok = self.success(final) and not info['unstable']
+        info['yaw_error'] = self.yaw_error(final)
         info['rewards'] = rewards
-        info['final_observation'] = self.observation(state)
-        return EpisodeResult(ok, float(np.sum(rewards)), self.error(state),
+        info['final_observation'] = self.observation(final)
+        return EpisodeResult(ok, float(np.sum(rewards)), self.error(final),
                              np.array(obs_log).reshape(-1, self.observation_dim),
                              np.array(act_log).reshape(-1, self.action_dim),
-                             state['object_xy'], state['object_yaw'], info)
+                             final['object_xy'], final['object_yaw'], info)
 
     # ---------------------------------------------------------------- demonstrations
     def scripted_demo_policy(self, reset: ResetSample, rng: np.random.Generator):

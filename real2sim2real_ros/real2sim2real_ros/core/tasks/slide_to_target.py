@@ -16,7 +16,7 @@ that heading (rad)]. Success: the box ends within ``success_radius`` of the targ
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from .base import (
     wrap_angle,
 )
 from .kinematics import ToolDownIK
-from .worlds import applied_parameters, quat_yaw, yaw_quat
+from .worlds import applied_parameters, observed_start, quat_yaw, scored_pose, yaw_quat
 
 G = 9.81
 
@@ -183,16 +183,28 @@ class SlideToTarget:
                 'object_up_z': float(1 - 2 * (x * x + y * y))}   # box z axis . world z
 
     def run_episode(self, world, reset: ResetSample, policy) -> EpisodeResult:
-        """One strike on a backend (TwinWorld or CellWorld)."""
-        obs = self.observation(self.initial_state(reset))
+        """One strike on a backend (TwinWorld or CellWorld). The policy and the strike's plan
+        see the start as the backend observes it (a cell's tracker); the outcome is scored on
+        the backend's scored pose. Not seen at the start: a failure (info 'not_seen')."""
+        true_xyz = [*reset.object_xy, self.object_z]
+        seen = observed_start(world, true_xyz, reset.object_yaw)
+        if seen is None:
+            xyz, quat = scored_pose(world)
+            state = self._outcome(reset, xyz, quat)
+            return EpisodeResult(False, self.reward(state), self.error(state),
+                                 np.zeros((0, self.observation_dim)),
+                                 np.zeros((0, self.action_dim)), state['object_xy'],
+                                 state['object_yaw'], {'not_seen': True, 'upright': True})
+        view = replace(reset, object_xy=np.asarray(seen[0][:2], float),
+                       object_yaw=float(seen[1]))
+        obs = self.observation(self.initial_state(view))
         action = check_action(self, policy(obs))
-        plan = self.plan(reset, action)
-        world.reset(plan['q_start'], [*reset.object_xy, self.object_z], reset.object_yaw,
-                    via=plan['q_above'])
+        plan = self.plan(view, action)
+        world.reset(plan['q_start'], true_xyz, reset.object_yaw, via=plan['q_above'])
         try:
             world.execute(plan['times'], plan['positions'], plan['velocities'],
                           plan['duration'])
-            xyz, quat = world.object_pose()
+            xyz, quat = scored_pose(world)
             state = self._outcome(reset, xyz, quat)
         except UnstableTwinError:
             state = self._lost(reset)

@@ -1,9 +1,15 @@
 """Where a task runs: a twin or an emulated cell behind one small interface, plus task scenes.
 
 Both backends take joint trajectories with JTC semantics (the reference starts from the held
-position) and report the object's pose. The cell backend reads the object's TRUE pose from
-the EmulatedWorld: that is the evaluator's privilege (the score), never the policy's input
-beyond what a tracker would give.
+position) and report the object's pose twice: ``object_pose()`` is what the policy observes,
+``scored_object_pose()`` what the episode is scored on. ``observe_start(xyz, yaw)`` places
+the object for an episode and returns the start pose the policy plans from. In a twin all
+three are the twin's state. On a cell with an ``observer`` (evaluation/observation.py: the
+depth tracker at its rate and latency) the policy gets the tracked poses and the tracked start;
+only ``scored_object_pose`` reads the cell's TRUE pose, inside the world's truth door
+(``truth.scoring()``). Without an observer the cell backend observes the truth
+(``observation_source`` 'truth': benches and tests; every such read is recorded as a leak by
+the world's truth door).
 """
 from __future__ import annotations
 
@@ -39,6 +45,10 @@ class TaskTable:
     size: tuple[float, float] = (0.8, 1.0)
     height: float = 0.0
     friction: float = 0.75
+
+
+class ObservationLost(RuntimeError):
+    """No usable pose of the object (not seen, or none fresh enough): the episode fails."""
 
 
 def yaw_quat(yaw: float) -> np.ndarray:
@@ -105,6 +115,20 @@ def applied_parameters(twin: Twin, params: dict | None):
         set_twin_parameters(twin, saved)
 
 
+def observed_start(world, object_xyz, object_yaw: float):
+    """``world.observe_start`` where the backend has one (else the placement itself)."""
+    fn = getattr(world, 'observe_start', None)
+    if fn is None:
+        return np.asarray(object_xyz, float), float(object_yaw)
+    return fn(object_xyz, object_yaw)
+
+
+def scored_pose(world):
+    """``world.scored_object_pose()`` where the backend has one (else ``object_pose()``)."""
+    fn = getattr(world, 'scored_object_pose', None)
+    return fn() if fn is not None else world.object_pose()
+
+
 class TwinWorld:
     """A Twin as a task backend (stepped in Python, one step per physics step)."""
 
@@ -151,29 +175,59 @@ class TwinWorld:
         """A disturbance: add a planar velocity (m/s) to the object."""
         self.twin.data.qvel[self._da:self._da + 2] += np.asarray(dv_xy, float)
 
+    observation_source = 'twin'
+
+    def observe_start(self, object_xyz, object_yaw: float):
+        """The start the policy plans from: in a twin, exactly where the episode puts it."""
+        return np.asarray(object_xyz, float), float(object_yaw)
+
     def object_pose(self) -> tuple[np.ndarray, np.ndarray]:
         q = self.twin.data.qpos
         return q[self._qa:self._qa + 3].copy(), q[self._qa + 3:self._qa + 7].copy()
+
+    scored_object_pose = object_pose
 
     def joint_positions(self) -> np.ndarray:
         return self.twin.joint_positions()
 
 
 class CellWorld:
-    """An EmulatedWorld (the stand-in for the physical cell) as a task backend."""
+    """An EmulatedWorld (the stand-in for the physical cell) as a task backend.
+
+    ``observer``: what the policy sees (evaluation/observation.TrackedObservation); ``stream``:
+    track during motion too (closed-loop tasks; a one-shot task needs only the start)."""
 
     kind = 'cell'
 
-    def __init__(self, world, object_id: str):
-        if object_id not in world.object_poses():
+    def __init__(self, world, object_id: str, observer=None, stream: bool = True):
+        if object_id not in world.object_ids:
             raise ValueError(f'no object {object_id!r} in the cell')
         self.world = world
         self.object_id = object_id
         self.joint_names = list(world.joint_names)
+        self.observer = observer
+        self.stream = bool(stream)
+        self.observation_source = observer.source if observer is not None else 'truth'
 
     @property
     def time(self) -> float:
         return self.world.time
+
+    def _place(self, object_xyz, object_yaw: float) -> None:
+        self.world.reset_objects([self.object_id], [(np.asarray(object_xyz, float),
+                                                     yaw_quat(object_yaw))])
+
+    def observe_start(self, object_xyz, object_yaw: float):
+        """The evaluator places the object (the arm at its initial pose); the start pose the
+        policy plans from: tracked (None when the tracker does not see it), or without an
+        observer the true pose (a truth read)."""
+        w = self.world
+        w.reset()
+        self._place(object_xyz, object_yaw)
+        if self.observer is None:
+            xyz, quat = w.object_poses()[self.object_id]
+            return xyz, quat_yaw(quat)
+        return self.observer.begin(w)
 
     def reset(self, q0, object_xyz, object_yaw: float, via=None,
               move_time: float = 1.5) -> None:
@@ -182,8 +236,7 @@ class CellWorld:
         """
         w = self.world
         w.reset()
-        w.reset_objects([self.object_id], [(np.asarray(object_xyz, float),
-                                            yaw_quat(object_yaw))])
+        self._place(object_xyz, object_yaw)
         q0 = np.asarray(q0, float)
         if via is None:
             times, points = np.array([move_time]), q0[None]
@@ -193,25 +246,36 @@ class CellWorld:
         w.set_trajectory(JointTrajectoryCommand(self.joint_names, times, points))
         w.step_for(float(times[-1]) + 0.3)
         # The arm moved in the air; make sure the object is exactly where the episode says.
-        w.reset_objects([self.object_id], [(np.asarray(object_xyz, float),
-                                            yaw_quat(object_yaw))])
+        self._place(object_xyz, object_yaw)
+        if self.observer is not None:
+            self.observer.restart_clock()
 
     def execute(self, times, positions, velocities=None, duration: float | None = None) -> None:
         cmd = JointTrajectoryCommand(self.joint_names, np.asarray(times, float),
                                      np.asarray(positions, float),
                                      None if velocities is None else np.asarray(velocities))
         self.world.set_trajectory(cmd)
-        self.world.step_for(float(times[-1]) if duration is None else duration)
+        d = float(times[-1]) if duration is None else duration
+        if self.observer is None:
+            self.world.step_for(d)
+        else:
+            self.observer.step(self.world, d, stream=self.stream)
 
     def kick_object(self, dv_xy) -> None:
         """A disturbance (someone nudges the object): the emulated cell's evaluator-side hook."""
-        w = self.world
-        with w.lock:
-            da = w._obj_dadr[self.object_id]
-            w.data.qvel[da:da + 2] += np.asarray(dv_xy, float)
+        self.world.push_object(self.object_id, dv_xy)
 
     def object_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """What the policy observes: the tracked pose (ObservationLost when there is none), or
+        without an observer the true pose (a recorded truth read)."""
+        if self.observer is not None:
+            return self.observer.pose(self.world)
         return self.world.object_poses()[self.object_id]
+
+    def scored_object_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """The TRUE pose, for the score only (read inside the world's truth door)."""
+        with self.world.truth.scoring():
+            return self.world.object_poses()[self.object_id]
 
     def joint_positions(self) -> np.ndarray:
         return self.world.joint_positions()
