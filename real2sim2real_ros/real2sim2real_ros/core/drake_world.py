@@ -58,6 +58,7 @@ from .emulated_world import (
     load_robot_model,
 )
 from .joint_trajectory import JointTrajectoryCommand, TrajectoryFollower
+from .truth import TruthDoor
 
 ROBOT_MODEL = 'robot'
 FRICTION_VELOCITY = 0.01        # rad/s, regularisation of the Coulomb joint friction
@@ -68,13 +69,7 @@ RENDERER = 'vtk'
 
 
 def _door(truth):
-    if truth is not None:
-        return truth
-    try:    # the truth door where this checkout has one (core/truth.py)
-        from .truth import TruthDoor
-    except ImportError:
-        return None
-    return TruthDoor()
+    return truth if truth is not None else TruthDoor()
 
 
 # ------------------------------------------------------------------------------ meshes

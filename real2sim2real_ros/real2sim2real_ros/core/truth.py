@@ -24,8 +24,9 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-_HERE = {str(Path(__file__).resolve()),
-         str(Path(__file__).resolve().with_name('emulated_world.py'))}
+_HERE = {str(Path(__file__).resolve())} | {
+    str(Path(__file__).resolve().with_name(name))
+    for name in ('emulated_world.py', 'drake_world.py', 'world.py')}
 
 SCORING = 'scoring'
 EMULATION = 'emulation'

@@ -96,13 +96,13 @@ def _twin_name(cell_name: str, object_map: dict) -> str:
 # ------------------------------------------------------------------------ stages
 def reconstruct_cell(world, cfg: HarnessConfig, out_dir: Path, robot=None) -> dict:
     """Reconstruction from a capture sweep of ``world``'s cell; scored against its truth."""
-    from ..emulated_world import EmulatedWorld
     from ..reconstruction import ReconstructionConfig, metrics, reconstruct
+    from ..world import make_world
     from .cells import capture_views, ring_cameras
     with world.truth.emulation('capture sweep cameras'):
         ring = ring_cameras(world.spec, cfg.capture_views)
     # The same cell seen from the capture sweep (its truth behind the same door).
-    sweep = EmulatedWorld(ring, cfg.robot_urdf, truth=world.truth)
+    sweep = make_world(ring, cfg.robot_urdf, truth=world.truth)
     try:
         with world.truth.emulation('calibrated sweep camera poses'):
             views, mask = capture_views(sweep, ring, robot=robot)
@@ -149,12 +149,12 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     """All stages on one cell; returns the cell's JSON record (see README, schema)."""
     import torch
 
-    from ..emulated_world import EmulatedWorld
     from ..policies.evaluate import evaluate
     from ..policies.pipeline import train_policy
     from ..robot_description import default_cell_urdf, load_robot
     from ..tasks.worlds import CellWorld, TaskObject, TwinWorld
     from ..truth import TruthDoor
+    from ..world import make_world
     torch.set_num_threads(1)
     if cfg.robot_urdf:
         from ..tools import cell_spec_with_robot
@@ -166,7 +166,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     door = TruthDoor(strict=cfg.strict_truth)
     for reader, reason in DECLARED_TRUTH_READERS.items():
         door.declare(reader, reason)
-    world = EmulatedWorld(spec, cfg.robot_urdf, truth=door)
+    world = make_world(spec, cfg.robot_urdf, truth=door)
     robot = load_robot(cfg.robot_urdf or spec.urdf_path() or default_cell_urdf())
     with door.scoring():
         truth = world.hidden_truth(list(world.joint_names))
