@@ -345,19 +345,32 @@ def _joint_leg(q0, q1, vmax, settings: ExecutionSettings):
     return t, q0 + np.outer(s, dq), np.outer(ds / dur, dq)
 
 
-def _line_leg(ik, p0, p1, q_seed, vmax, settings: ExecutionSettings):
-    """A straight tool-down line p0 -> p1 on a minimum-jerk time law, IK at every point."""
+def _line_leg(ik, p0, p1, q_seed, vmax, settings: ExecutionSettings, q_end=None):
+    """A straight tool-down line p0 -> p1 on a minimum-jerk time law, IK at every point.
+
+    The leg starts exactly at ``q_seed`` (and ends exactly at ``q_end`` when given): where the
+    tool-down IK solution at an end differs from that configuration (a tool left tilted, an
+    IK tolerance), the difference is blended out along the leg on the same time law instead
+    of being left as a jump into the first (or out of the last) segment, which the spline the
+    controller follows would turn into a velocity spike."""
     p0, p1 = np.asarray(p0, float), np.asarray(p1, float)
+    q_seed = np.asarray(q_seed, float)
     dist = float(np.linalg.norm(p1 - p0))
+    start_offset = q_seed - ik.solve(p0, q_seed)
     # Joint travel along the line, from an evenly spaced IK pass, sets the duration too.
     probe = ik.solve_path(p0 + np.outer(np.linspace(0, 1, 6)[1:], p1 - p0), q_seed)
+    probe = probe + np.outer(1.0 - np.linspace(0, 1, 6)[1:], start_offset)
     travel = np.abs(np.diff(np.vstack([q_seed, probe]), axis=0)).sum(axis=0)
+    if q_end is not None:
+        travel = travel + np.abs(np.asarray(q_end, float) - probe[-1])
     dur = max(settings.min_move_time, _MIN_JERK_PEAK * dist / settings.approach_tip_speed,
               float(np.max(_MIN_JERK_PEAK * travel
                            / (settings.approach_velocity_fraction * vmax))))
     t = _sample_times(dur, settings.point_spacing)
     s, _ = _min_jerk(t / dur)
-    q = ik.solve_path(p0 + np.outer(s, p1 - p0), q_seed)
+    q = ik.solve_path(p0 + np.outer(s, p1 - p0), q_seed) + np.outer(1.0 - s, start_offset)
+    if q_end is not None:
+        q = q + np.outer(s, np.asarray(q_end, float) - q[-1])
     v = np.gradient(np.vstack([q_seed, q]), np.concatenate([[0.0], t]), axis=0)[1:]
     v[-1] = 0.0
     return t, q, v
@@ -392,10 +405,8 @@ def plan_approach(ik, q_current, q_target, limits: es.JointLimits,
         q_hover = ik.solve([tip_target[0], tip_target[1], hover], q_target)
     legs.append(_joint_leg(q, q_hover, vmax, settings))
     if hover - tip_target[2] > 1e-4:
-        t, qs, vs = _line_leg(ik, [tip_target[0], tip_target[1], hover], tip_target, q_hover,
-                              vmax, settings)
-        qs[-1] = q_target   # end exactly where the plan starts
-        legs.append((t, qs, vs))
+        legs.append(_line_leg(ik, [tip_target[0], tip_target[1], hover], tip_target, q_hover,
+                              vmax, settings, q_end=q_target))  # ends where the plan starts
     times, pos, vel, t0 = [], [], [], 0.0
     for t, qs, vs in legs:
         times.append(t + t0)
