@@ -243,11 +243,14 @@ class Commander:
     # -- robot executor ------------------------------------------------------------------------
     def arm(self, wait: float = 10.0) -> Trigger.Response:
         """Arm the executor. It refuses until it has the robot description (a latched topic
-        that may still be on its way right after bringup): retry for up to ``wait`` s."""
+        that may still be on its way right after bringup) and until it has discovered its
+        controller backend's server (discovery runs separately on each side): retry for up
+        to ``wait`` s while the refusal is one of those."""
         deadline = time.monotonic() + wait
         while True:
             resp = self.call(Trigger, 'robot_executor/arm')
-            if resp.success or 'waiting' not in resp.message or time.monotonic() > deadline:
+            transient = 'waiting' in resp.message or 'is not available' in resp.message
+            if resp.success or not transient or time.monotonic() > deadline:
                 return resp
             time.sleep(0.2)
 
