@@ -202,7 +202,10 @@ def test_cli_loop_resumes_and_prints_the_results(graph, run_dir, capsys):
 
 def test_cancel_ends_the_running_child_goal_and_disarms(graph, run_dir):
     cmd, _ = graph
-    result, feedback, wall = _run(cmd, run_dir, skip=STAGES[:4], cancel_after=4.0)
+    # Cancel inside the first execute trial (3.9-4.1 s on this machine): the second trial can
+    # be refused in 0.2-0.4 s (a strike the policy asks for faster than the joints allow),
+    # so a cancel at 4 s raced the stage's end.
+    result, feedback, wall = _run(cmd, run_dir, skip=STAGES[:4], cancel_after=2.0)
     assert result.error_code == RR.CANCELED, result.error_msg
     assert wall < 25
     summary = json.loads(Path(result.summary_path).read_text())
