@@ -149,8 +149,14 @@ def test_executor_runs_through_the_action_with_the_topic_backends_tracking(cell)
         delta = [0.35, 0.15, -0.2, 0.1, 0.2, 0.3]
         result = cmd.execute_trajectory(joints, _points(q0, delta, 2.5), record=True,
                                         feedback=feedback.append, timeout=30)
-        time.sleep(0.3)
+        # The status topic can lag the executor's result on a loaded machine: wait for the
+        # succeeded goal rather than reading once.
+        deadline = time.monotonic() + 5.0
         goals = status.goals()
+        while (GoalStatus.STATUS_SUCCEEDED not in [s for _, s in goals.values()]
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+            goals = status.goals()
     finally:
         status.close()
     assert result.error_code == R.NONE, result.error_msg
