@@ -147,6 +147,25 @@ def emulated_bringup(share_dir, tmp_path_factory):
 from real2sim2real_ros.topic_listener import TopicListener  # noqa: E402,F401 - re-export for tests
 
 
+def joint_positions(cmd):
+    """The arm's measured joint positions (numpy) from /joint_states."""
+    import numpy as np
+    return np.array(cmd.joint_state().position)
+
+
+def two_point_goal(q0, delta, duration):
+    """(t, q) points of a move by ``delta`` from ``q0``: the midpoint, then the end."""
+    import numpy as np
+    q1 = q0 + np.asarray(delta)
+    return [(duration / 2, list((q0 + q1) / 2)), (duration, list(q1))]
+
+
+def arm_or_fail(cmd, wait: float = 15.0):
+    """Arm the executor (retrying while it is still waiting); the test fails if it refuses."""
+    resp = cmd.arm(wait=wait)
+    assert resp.success, resp.message
+
+
 @pytest.fixture
 def capture_server():
     """An in-process action server of the Capture type on ``/capture`` (feedback per view, then

@@ -16,6 +16,10 @@ from real2sim2real_ros.topic_listener import TopicListener
 
 pytestmark = pytest.mark.integration
 
+from conftest import arm_or_fail as _ensure_armed  # noqa: E402
+from conftest import joint_positions as _current  # noqa: E402
+from conftest import two_point_goal as _goal_points  # noqa: E402
+
 from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
 
 R = ExecuteTrajectory.Result
@@ -31,21 +35,6 @@ def joints(graph):
     _, cmd, _ = graph
     js = cmd.joint_state(timeout=20)
     return list(js.name)
-
-
-def _current(cmd):
-    js = cmd.joint_state()
-    return np.array(js.position)
-
-
-def _goal_points(q0, delta, duration):
-    q1 = q0 + np.asarray(delta)
-    return [(duration / 2, list((q0 + q1) / 2)), (duration, list(q1))]
-
-
-def _ensure_armed(cmd):
-    resp = cmd.arm(wait=15.0)
-    assert resp.success, resp.message
 
 
 def test_graph_is_up_with_every_node_service_and_action(graph):

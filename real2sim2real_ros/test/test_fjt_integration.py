@@ -22,6 +22,9 @@ from real2sim2real_ros.topic_listener import TopicListener
 
 pytestmark = pytest.mark.integration
 
+from conftest import arm_or_fail as _arm  # noqa: E402
+from conftest import joint_positions as _q  # noqa: E402
+from conftest import two_point_goal as _points  # noqa: E402
 from control_msgs.action import FollowJointTrajectory  # noqa: E402
 
 from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
@@ -60,20 +63,6 @@ def cell(share_dir, tmp_path_factory):
         cmd.close()
         for g in graphs:
             g.stop(timeout=30)
-
-
-def _q(cmd):
-    return np.array(cmd.joint_state().position)
-
-
-def _points(q0, delta, duration):
-    q1 = q0 + np.asarray(delta)
-    return [(duration / 2, list((q0 + q1) / 2)), (duration, list(q1))]
-
-
-def _arm(cmd):
-    resp = cmd.arm(wait=15)
-    assert resp.success, resp.message
 
 
 def _set_cell(cmd, **values):

@@ -14,6 +14,9 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+from conftest import joint_positions as _q  # noqa: E402
+from conftest import two_point_goal as _points  # noqa: E402
+
 from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
 
 R = ExecuteTrajectory.Result
@@ -41,15 +44,6 @@ def cell(share_dir, tmp_path_factory):
         cmd.close()
         graph.stop(timeout=30)
         double.close()
-
-
-def _q(cmd):
-    return np.array(cmd.joint_state().position)
-
-
-def _points(q0, delta, duration):
-    q1 = q0 + np.asarray(delta)
-    return [(duration / 2, list((q0 + q1) / 2)), (duration, list(q1))]
 
 
 def test_moveit_backend_executes_through_move_group(cell):
