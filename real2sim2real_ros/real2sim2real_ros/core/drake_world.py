@@ -47,7 +47,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import camera_model
 from .cell_spec import CameraSpec, CellSpec, ObjectSpec
 from .depth_noise import apply_depth_noise
 from .emulated_world import (
@@ -57,8 +56,9 @@ from .emulated_world import (
     _yaw_quat,
     load_robot_model,
 )
-from .joint_trajectory import JointTrajectoryCommand, TrajectoryFollower
+from .joint_trajectory import TrajectoryFollower
 from .truth import TruthDoor
+from .world import ServoCellBase
 
 ROBOT_MODEL = 'robot'
 FRICTION_VELOCITY = 0.01        # rad/s, regularisation of the Coulomb joint friction
@@ -138,7 +138,7 @@ def _pair_friction(target: float, other: float, field: str) -> float:
 
 # ------------------------------------------------------------------------------ the world
 
-class DrakeWorld:
+class DrakeWorld(ServoCellBase):
     """A running emulated cell on Drake: physics, controller, sensors, cameras."""
 
     def __init__(self, spec: CellSpec, robot_urdf: str | None = None, truth=None):
@@ -426,18 +426,6 @@ class DrakeWorld:
             tau += self._rng.normal(0.0, 0.05, n)
         self._measured = (q, qd, tau)
 
-    def joint_positions(self) -> np.ndarray:
-        with self.lock:
-            return self._measured[0].copy()
-
-    def joint_velocities(self) -> np.ndarray:
-        with self.lock:
-            return self._measured[1].copy()
-
-    def joint_efforts(self) -> np.ndarray:
-        with self.lock:
-            return self._measured[2].copy()
-
     def true_joint_positions(self) -> np.ndarray:
         """Noise-free joint positions (evaluator / tests only; truth)."""
         self._read('true_joint_positions')
@@ -445,35 +433,10 @@ class DrakeWorld:
             return self._true_q()
 
     # -------------------------------------------------------------------- control
-    def set_trajectory(self, cmd: JointTrajectoryCommand, now: float | None = None):
-        """Accept a trajectory with JTC semantics (raises TrajectoryError if invalid)."""
-        with self.lock:
-            return self.follower.set_trajectory(cmd, self.time if now is None else now)
-
     def hold(self):
         """Stop: hold the current (true) position from now on."""
         with self.lock:
             self.follower.hold(self._true_q(), self.time)
-
-    def trajectory_done(self) -> bool:
-        with self.lock:
-            return self.follower.is_done(self.time)
-
-    def controller_state(self) -> dict:
-        """JTC-style state: reference (p, v, a), feedback (measured p, v), error = ref - fb."""
-        with self.lock:
-            p, v, a = (x.copy() for x in self._reference)
-            fq, fv, _ = self._measured
-            return {'time': self.time, 'joint_names': list(self.joint_names),
-                    'reference_positions': p, 'reference_velocities': v,
-                    'reference_accelerations': a,
-                    'feedback_positions': fq.copy(), 'feedback_velocities': fv.copy(),
-                    'error_positions': p - fq, 'error_velocities': v - fv}
-
-    def actuator_setpoint(self) -> np.ndarray:
-        """Position setpoint the servos see now (after the latency); for tests."""
-        with self.lock:
-            return self._applied_q.copy()
 
     def step_for(self, duration: float) -> int:
         """Advance physics by ``duration`` seconds (rounded to whole steps); returns steps."""
@@ -592,10 +555,6 @@ class DrakeWorld:
         """The camera's spec: its TRUE pose and calibration error (truth)."""
         self._read('camera_spec')
         return self._spec.camera(name)
-
-    def intrinsics(self, name: str) -> camera_model.Intrinsics:
-        c = self._spec.camera(name)
-        return camera_model.Intrinsics(c.width, c.height, c.fx, c.fy, c.cx, c.cy)
 
     def _render_context(self):
         # One context per thread: Drake clones the render engine into each context, so a

@@ -25,9 +25,10 @@ import numpy as np
 from . import camera_model
 from .cell_spec import CameraSpec, CellSpec, ObjectSpec
 from .depth_noise import apply_depth_noise
-from .joint_trajectory import JointTrajectoryCommand, TrajectoryFollower
+from .joint_trajectory import TrajectoryFollower
 from .offscreen import mujoco_renderer
 from .truth import TruthDoor
+from .world import ServoCellBase
 
 ROBOT_PREFIX = 'robot/'
 OBJECT_PREFIX = 'object/'
@@ -142,7 +143,7 @@ def _solid_inertia(obj: ObjectSpec) -> list[float]:
 
 # ------------------------------------------------------------------------------ the world
 
-class EmulatedWorld:
+class EmulatedWorld(ServoCellBase):
     """A running emulated cell: physics, controller, sensors, cameras."""
 
     def __init__(self, spec: CellSpec, robot_urdf: str | None = None,
@@ -372,18 +373,6 @@ class EmulatedWorld:
             tau += self._rng.normal(0.0, 0.05, n)
         self._measured = (q, qd, tau)
 
-    def joint_positions(self) -> np.ndarray:
-        with self.lock:
-            return self._measured[0].copy()
-
-    def joint_velocities(self) -> np.ndarray:
-        with self.lock:
-            return self._measured[1].copy()
-
-    def joint_efforts(self) -> np.ndarray:
-        with self.lock:
-            return self._measured[2].copy()
-
     def true_joint_positions(self) -> np.ndarray:
         """Noise-free joint positions (evaluator / tests only; through the truth door)."""
         self.truth.read('true_joint_positions')
@@ -391,35 +380,10 @@ class EmulatedWorld:
             return self._data.qpos[self._qadr].copy()
 
     # -------------------------------------------------------------------- control
-    def set_trajectory(self, cmd: JointTrajectoryCommand, now: float | None = None):
-        """Accept a trajectory with JTC semantics (raises TrajectoryError if invalid)."""
-        with self.lock:
-            return self.follower.set_trajectory(cmd, self.time if now is None else now)
-
     def hold(self):
         """Stop: hold the current (true) position from now on."""
         with self.lock:
             self.follower.hold(self._data.qpos[self._qadr].copy(), self.time)
-
-    def trajectory_done(self) -> bool:
-        with self.lock:
-            return self.follower.is_done(self.time)
-
-    def controller_state(self) -> dict:
-        """JTC-style state: reference (p, v, a), feedback (measured p, v), error = ref - fb."""
-        with self.lock:
-            p, v, a = (x.copy() for x in self._reference)
-            fq, fv, _ = self._measured
-            return {'time': self.time, 'joint_names': list(self.joint_names),
-                    'reference_positions': p, 'reference_velocities': v,
-                    'reference_accelerations': a,
-                    'feedback_positions': fq.copy(), 'feedback_velocities': fv.copy(),
-                    'error_positions': p - fq, 'error_velocities': v - fv}
-
-    def actuator_setpoint(self) -> np.ndarray:
-        """Position setpoint the servos see now (after the latency); for tests."""
-        with self.lock:
-            return self._applied_q.copy()
 
     def step_for(self, duration: float) -> int:
         """Advance physics by ``duration`` seconds (rounded to whole steps); returns steps."""
@@ -485,10 +449,6 @@ class EmulatedWorld:
         """The camera's spec: its TRUE pose and calibration error (through the truth door)."""
         self.truth.read('camera_spec')
         return self._spec.camera(name)
-
-    def intrinsics(self, name: str) -> camera_model.Intrinsics:
-        c = self._spec.camera(name)
-        return camera_model.Intrinsics(c.width, c.height, c.fx, c.fy, c.cx, c.cy)
 
     def _renderer(self, cam: CameraSpec) -> mujoco.Renderer:
         # One renderer (GL context) per thread and camera: GL contexts are thread-bound.

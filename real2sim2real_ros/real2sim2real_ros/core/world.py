@@ -90,6 +90,58 @@ class CellWorld(Protocol):
     def close(self) -> None: ...
 
 
+class ServoCellBase:
+    """The engine-free part of an emulated cell, shared by both engines: measured joint
+    states, the JTC follower's interface, the controller state and the camera intrinsics.
+
+    A subclass keeps, under ``self.lock``: ``_measured`` (positions, velocities, efforts as
+    the sensors report them), ``_reference`` (the follower's p, v, a), ``_applied_q`` (the
+    servo setpoint after the latency), ``follower`` (a ``TrajectoryFollower``), ``time``,
+    ``joint_names`` and ``_spec``.
+    """
+
+    def joint_positions(self) -> np.ndarray:
+        with self.lock:
+            return self._measured[0].copy()
+
+    def joint_velocities(self) -> np.ndarray:
+        with self.lock:
+            return self._measured[1].copy()
+
+    def joint_efforts(self) -> np.ndarray:
+        with self.lock:
+            return self._measured[2].copy()
+
+    def set_trajectory(self, cmd: JointTrajectoryCommand, now: float | None = None):
+        """Accept a trajectory with JTC semantics (raises TrajectoryError if invalid)."""
+        with self.lock:
+            return self.follower.set_trajectory(cmd, self.time if now is None else now)
+
+    def trajectory_done(self) -> bool:
+        with self.lock:
+            return self.follower.is_done(self.time)
+
+    def controller_state(self) -> dict:
+        """JTC-style state: reference (p, v, a), feedback (measured p, v), error = ref - fb."""
+        with self.lock:
+            p, v, a = (x.copy() for x in self._reference)
+            fq, fv, _ = self._measured
+            return {'time': self.time, 'joint_names': list(self.joint_names),
+                    'reference_positions': p, 'reference_velocities': v,
+                    'reference_accelerations': a,
+                    'feedback_positions': fq.copy(), 'feedback_velocities': fv.copy(),
+                    'error_positions': p - fq, 'error_velocities': v - fv}
+
+    def actuator_setpoint(self) -> np.ndarray:
+        """Position setpoint the servos see now (after the latency); for tests."""
+        with self.lock:
+            return self._applied_q.copy()
+
+    def intrinsics(self, name: str) -> camera_model.Intrinsics:
+        c = self._spec.camera(name)
+        return camera_model.Intrinsics(c.width, c.height, c.fx, c.fy, c.cx, c.cy)
+
+
 def make_world(spec: CellSpec, robot_urdf: str | None = None, **kwargs) -> CellWorld:
     """The emulated cell for ``spec`` on the engine the spec names (``spec.engine``).
 
@@ -108,4 +160,4 @@ def make_world(spec: CellSpec, robot_urdf: str | None = None, **kwargs) -> CellW
     raise WorldBuildError(f'engine: must be one of {list(ENGINES)}, got {engine!r}')
 
 
-__all__ = ['CellWorld', 'ENGINES', 'make_world']
+__all__ = ['CellWorld', 'ENGINES', 'ServoCellBase', 'make_world']
