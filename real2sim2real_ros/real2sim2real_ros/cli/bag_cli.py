@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -167,12 +167,25 @@ def cmd_play(args) -> int:
                                wait_for_subscribers_s=args.wait_for_subscribers)
         except BagError as exc:
             return _fail(str(exc))
-        with _StopFlag(on_stop=player.stop):
-            if args.no_progress or not sys.stderr.isatty():
-                published = player.play()
-            else:
-                published = _play_with_progress(player)
+        with _StopFlag(on_stop=player.stop) as stop_flag:
+            try:
+                if args.no_progress or not sys.stderr.isatty():
+                    published = player.play()
+                else:
+                    published = _play_with_progress(player)
+            except BagError as exc:
+                print(f'error: {exc} (published {player.published} messages before it)',
+                      file=sys.stderr, flush=True)
+                return EXIT_FAILED
         print(f'published {published} messages', file=sys.stderr, flush=True)
+        # Every message of the played topics, or a failure: a bag whose metadata counts more
+        # than its file yields must not pass as played.
+        expected = sum(t.count for name, t in player.bag.topics.items()
+                       if player.topics is None or name in player.topics)
+        if not stop_flag.event.is_set() and not args.loop and published != expected:
+            print(f'error: {args.bag} lists {expected} messages on the played topics; '
+                  f'{published} were read and published', file=sys.stderr, flush=True)
+            return EXIT_FAILED
         return EXIT_OK
     finally:
         if player is not None:

@@ -393,7 +393,7 @@ class BagWriter:
         except BaseException as exc:
             self._atomic.__exit__(type(exc), exc, exc.__traceback__)
             self._atomic = None
-            if isinstance(exc, WriterError):
+            if isinstance(exc, (WriterError, OSError)):
                 raise BagError(f'{self.path}: {exc}') from None
             raise
         self._writer = writer
@@ -408,6 +408,9 @@ class BagWriter:
             writer.close()
         except BaseException as exc:
             self._abort_atomic(exc)
+            if isinstance(exc, OSError):   # a full disk, a lost mount: nothing is left behind
+                raise BagError(f'{self.path}: closing the bag failed ({exc}); the bag is '
+                               f'dropped') from None
             raise
         atomic, self._atomic = self._atomic, None
         atomic.__exit__(None, None, None)
@@ -469,7 +472,10 @@ class BagWriter:
         if not isinstance(timestamp_ns, (int, np.integer)) or timestamp_ns < 0:
             raise BagError(
                 f'{topic}: timestamp_ns must be a non-negative int, got {timestamp_ns!r}')
-        writer.write(entry.connection, int(timestamp_ns), cdr)
+        try:
+            writer.write(entry.connection, int(timestamp_ns), cdr)
+        except OSError as exc:
+            raise BagError(f'{self.path}: writing {topic} failed: {exc}') from None
 
     def write(self, topic: str, timestamp_ns: int, msg) -> None:
         entry = self._topics.get(topic)
@@ -609,8 +615,41 @@ class BagReader:
             conns = [c for c in conns if c.topic in wanted]
             if not conns:
                 return
-        for conn, ts, raw in self._reader.messages(conns, start=start_ns, stop=stop_ns):
-            yield conn.topic, conn.msgtype, ts, raw
+        try:
+            for conn, ts, raw in self._messages(conns, start_ns, stop_ns):
+                yield conn.topic, conn.msgtype, ts, raw
+        except BagError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - rosbags raises many kinds on corrupt data
+            raise BagError(f'invalid bag {self._file_label()}: reading its messages failed: '
+                           f'{type(exc).__name__}: {exc} (truncated or corrupt file?)') from None
+
+    def _messages(self, conns, start_ns, stop_ns):
+        """rosbags matches metadata.yaml's topics to each storage file's channels by topic,
+        type AND offered QoS, and silently skips a topic whose QoS differ between the two
+        (a bag edited or written by another tool). Match by topic and type only: the data
+        in the file is what counts."""
+        storage = self._reader.storage
+        storages = getattr(storage, 'storages', None)
+        if storages is None:     # a lone storage file: its own channels, nothing to match
+            yield from self._reader.messages(conns, start=start_ns, stop=stop_ns)
+            return
+        wanted = {(c.topic, c.msgtype): c for c in conns}
+        per_message_zstd = getattr(storage.metadata, 'compression_mode', '') == 'message'
+        for file_storage in storages:
+            file_conns = [x for x in file_storage.connections
+                          if (x.topic, x.msgtype) in wanted]
+            if not file_conns:
+                continue
+            for fconn, ts, raw in file_storage.messages(file_conns, start_ns, stop_ns):
+                if per_message_zstd:
+                    from rosbags.rosbag2.reader import zstd
+                    raw = zstd.decompress(raw)
+                yield wanted[(fconn.topic, fconn.msgtype)], ts, raw
+
+    def _file_label(self) -> str:
+        files = self.files
+        return str(files[0]) if len(files) == 1 else str(self.path)
 
     def deserialize(self, raw: bytes | memoryview, msgtype: str):
         if not self.types.knows(msgtype):
@@ -618,7 +657,21 @@ class BagReader:
         return self.types.deserialize(raw, msgtype)
 
 
+def _storage_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob('*.mcap')) or sorted(folder.glob('*.db3'))
+
+
 def _open_reader(path: Path) -> Reader:
+    if path.is_dir() and not (path / 'metadata.yaml').is_file():
+        # A bag folder without metadata.yaml (copied without it, or a recorder killed before
+        # writing it): ros2 bag reads the storage file; so do we (MCAP carries its own
+        # schemas and channels).
+        files = _storage_files(path)
+        if len(files) == 1:
+            return _open_reader(files[0])
+        raise BagError(f'cannot read bag {path}: no metadata.yaml and '
+                       f'{len(files) or "no"} storage files (.mcap/.db3)' +
+                       (f': {[f.name for f in files]}; open one of them' if files else ''))
     try:
         reader = Reader(path)
         reader.open()
@@ -626,13 +679,20 @@ def _open_reader(path: Path) -> Reader:
     except ReaderError as exc:
         # A newer rosbag2 metadata version than rosbags knows: the storage file alone
         # (MCAP carries its own schemas and channels) is still readable.
-        if path.is_dir() and 'version' in str(exc):
-            files = sorted(path.glob('*.mcap')) or sorted(path.glob('*.db3'))
-            if len(files) == 1:
-                return _open_reader(files[0])
-        raise BagError(f'cannot read bag {path}: {exc}') from None
-    except FileNotFoundError:
-        raise BagError(f'no such bag: {path}') from None
+        files = _storage_files(path) if path.is_dir() else [path]
+        if path.is_dir() and 'version' in str(exc) and len(files) == 1:
+            return _open_reader(files[0])
+        where = str(files[0]) if len(files) == 1 else str(path)
+        raise BagError(f'invalid bag {where}: {exc}') from None
+    except FileNotFoundError as exc:
+        if not path.exists():
+            raise BagError(f'no such bag: {path}') from None
+        raise BagError(f'invalid bag {path}: {exc}') from None
+    except Exception as exc:  # noqa: BLE001 - rosbags raises many kinds on corrupt files
+        files = _storage_files(path) if path.is_dir() else [path]
+        where = str(files[0]) if len(files) == 1 else str(path)
+        raise BagError(f'invalid bag {where}: {type(exc).__name__}: {exc} (truncated or '
+                       f'corrupt file?)') from None
 
 
 def bag_info(path: str | os.PathLike) -> dict:
