@@ -5,8 +5,12 @@ Starts DISARMED. ``~/arm`` needs a robot model (``robot_description_file`` or th
 controller. ``~/execute_trajectory`` validates the whole trajectory (joint names, position,
 velocity and workspace limits, timing; see core/execution_safety.py) BEFORE anything is sent;
 a refused goal is accepted and then aborted with its error code, so the client learns why.
-While it runs the executor compares ``joint_states`` with the commanded trajectory and
-aborts (holding the arm) on tracking error, timeout, controller failure or stale states.
+While it runs the executor compares ``joint_states`` with the commanded trajectory at each
+state's measurement time (its header stamp, however late it arrives) and aborts, holding the
+arm, on: TRACKING_ERROR (the arm does not follow), STALE_STATE (states arrive, but the latest
+was measured more than ``state_timeout`` ago: the executor's state is old, which says nothing
+about the arm), BACKEND_UNAVAILABLE (the controller fails or joint_states stop arriving) or
+TIMEOUT (counted on the measurements' clock); the last three disarm.
 ``~/stop`` brings the arm to rest at once (stop ramp), ends the goal with STOPPED and
 disarms; ``~/disarm`` during a motion does the same.
 
@@ -83,11 +87,12 @@ R = ExecuteTrajectory.Result
 ERROR_NAMES = {getattr(R, n): n for n in (
     'NONE', 'NOT_ARMED', 'INVALID_TRAJECTORY', 'JOINT_LIMIT_VIOLATION',
     'VELOCITY_LIMIT_VIOLATION', 'WORKSPACE_VIOLATION', 'TRACKING_ERROR', 'TIMEOUT', 'STOPPED',
-    'CANCELED', 'BACKEND_UNAVAILABLE', 'BUSY')}
+    'CANCELED', 'BACKEND_UNAVAILABLE', 'BUSY', 'STALE_STATE')}
 P = ExecutePolicy.Result
 POLICY_ERROR_NAMES = {getattr(P, n): n for n in (
     'NONE', 'NOT_ARMED', 'INVALID_CHECKPOINT', 'LIMIT_VIOLATION', 'WORKSPACE_VIOLATION',
-    'TRACKING_ERROR', 'TIMEOUT', 'STOPPED', 'CANCELED', 'OBSERVATION_UNAVAILABLE', 'BUSY')}
+    'TRACKING_ERROR', 'TIMEOUT', 'STOPPED', 'CANCELED', 'OBSERVATION_UNAVAILABLE', 'BUSY',
+    'STALE_STATE')}
 # core/policy_execution error kinds -> ExecutePolicy codes (a goal that does not fit the
 # checkpoint's task has no code of its own: INVALID_CHECKPOINT, the message says which).
 POLICY_KIND_CODES = {
@@ -99,7 +104,8 @@ POLICY_STEP_TYPE = 'real2sim2real_msgs/msg/PolicyStep'
 POLICY_STEPS_TOPIC = 'policy_steps'
 FEEDBACK_PERIOD = 0.05      # s: ~20 Hz feedback and supervision
 MAX_EXTRAPOLATION = 0.1     # s: stop points are extrapolated from a state at most this old
-TRACKING_STAMP_WINDOW = 2.0  # s: older joint_states stamps are implausible (other clock)
+TRACKING_STAMP_WINDOW = 2.0  # s: older tracked-object stamps are implausible (other clock)
+OTHER_CLOCK_AGE = 60.0      # s: a joint_states stamp this old is on another clock, not late
 
 
 class _Abort(Exception):
@@ -119,7 +125,8 @@ class _Execution:
     bag: object = None                 # core.bag_io.BagWriter while recording
     bag_error: str = ''
     wake: threading.Event = field(default_factory=threading.Event)
-    last_state_time: float = 0.0
+    last_state_time: float = 0.0       # node clock: when the latest joint_states arrived
+    last_measured: float = 0.0         # node clock: when the latest one was measured (stamp)
     worst_joint: str = ''
     samples: int = 0
     frozen: bool = False               # tracking statistics stop at the stop/abort command
@@ -384,10 +391,11 @@ class RobotExecutorNode(Node):
             self._state_stamp = stamp if 0.0 <= now - stamp <= MAX_EXTRAPOLATION else now
             ex = self._active
             q = self._state_pos.copy()
-            # Tracking compares at the measurement time. A cell whose clock lags (a loaded
-            # machine) stamps old times and started the trajectory late by the same amount,
-            # so any plausible stamp (up to TRACKING_STAMP_WINDOW old) is the right one.
-            measured = stamp if 0.0 <= now - stamp <= TRACKING_STAMP_WINDOW else now
+            # Tracking compares at the measurement time, the stamp, however late it arrives
+            # (the arm was where it says at that time). Only a stamp on another clock (zero,
+            # sim time, far off) falls back to the arrival time. How OLD the state is, is a
+            # separate question (STALE_STATE in the supervision loops), never a tracking error.
+            measured = stamp if 0.0 <= now - stamp <= OTHER_CLOCK_AGE else now
             complete = bool(np.all(self._state_seen > -math.inf))
         if ex is None:
             return
@@ -400,6 +408,7 @@ class RobotExecutorNode(Node):
                     # a sample that waited in the queue is not a tracking error.
                     ex.monitor.update(measured - ex.t0, q)
                 ex.last_state_time = now
+                ex.last_measured = max(ex.last_measured, measured)
 
     def _joint_states_topic(self) -> str:
         name = self.p_joint_states_topic
@@ -601,7 +610,7 @@ class RobotExecutorNode(Node):
             ex.monitor = monitor
             sent = self._now()
             ex.t0 = sent + delay      # the monitor's t = 0: when the controller starts
-            ex.last_state_time = sent
+            ex.last_state_time = ex.last_measured = sent
         msg = trajectory_to_msg(validated.command, start_time=ex.t0 if delay > 0 else None)
         try:
             self._backend.send(msg)
@@ -625,6 +634,7 @@ class RobotExecutorNode(Node):
                 sample = monitor.last
                 at_goal = monitor.at_goal()
                 stale = now - ex.last_state_time > self.p_state_timeout
+                old = now - ex.last_measured
                 stop_reason = ex.stop_reason
             if stop_reason:
                 raise _Abort(R.STOPPED, stop_reason)   # _stop already sent the stop ramp
@@ -642,13 +652,19 @@ class RobotExecutorNode(Node):
                 raise _Abort(R.TRACKING_ERROR, (
                     f'tracking error {sample.max_error:.4f} rad on joint '
                     f'{validated.command.joint_names[j]!r} at t = {sample.time:.3f} s exceeds '
-                    f'max_tracking_error {self.p_max_err} rad; holding position'))
+                    f'max_tracking_error {self.p_max_err} rad (state measured '
+                    f'{now - ex.t0 - sample.time:.3f} s before it was judged); '
+                    f'holding position'))
             if stale:
                 self._send_stop(ex)
                 self._disarm_on_fault('joint_states stopped arriving')
                 raise _Abort(R.BACKEND_UNAVAILABLE, (
                     f'joint_states stopped arriving for {now - ex.last_state_time:.2f} s '
                     f'during execution; stop sent; disarmed'))
+            if old > self.p_state_timeout:
+                self._send_stop(ex)
+                self._disarm_on_fault('joint_states too old')
+                raise _Abort(R.STALE_STATE, self._stale_message(ex, now, 'execution'))
             if sample is not None:
                 feedback.progress = float(min(1.0, max(0.0, t / duration)))
                 feedback.tracking_error = float(sample.max_error)
@@ -656,7 +672,9 @@ class RobotExecutorNode(Node):
                 goal_handle.publish_feedback(feedback)
             if t >= duration and at_goal:
                 return R.NONE, ''
-            if t >= duration + margin:
+            # The trajectory's clock is the measurements' (a lagging cell started it late
+            # by as much); STALE_STATE above bounds how far that is behind ours.
+            if ex.last_measured - ex.t0 >= duration + margin:
                 final = monitor.summary().final_error
                 self._send_stop(ex)
                 raise _Abort(R.TIMEOUT, (
@@ -855,7 +873,7 @@ class RobotExecutorNode(Node):
                 ex.monitor.reference = validated.reference
             sent = self._now()
             if ex.t0 is None:
-                ex.last_state_time = sent
+                ex.last_state_time = ex.last_measured = sent
             ex.t0 = sent + delay
             run.motions.append([motion.label, ex.t0, validated.reference.duration,
                                 motion.settle])
@@ -933,6 +951,7 @@ class RobotExecutorNode(Node):
                 sample = ex.monitor.last if ex.monitor is not None else None
                 moving = ex.t0 is not None
                 stale = moving and now - ex.last_state_time > self.p_state_timeout
+                old = now - ex.last_measured if moving else 0.0
                 stop_reason = ex.stop_reason
             if stop_reason:
                 raise _Abort(P.STOPPED, stop_reason)   # _stop already sent the stop ramp
@@ -955,6 +974,10 @@ class RobotExecutorNode(Node):
                 raise self._policy_abort(ex, P.OBSERVATION_UNAVAILABLE, (
                     f'joint_states stopped arriving for {now - ex.last_state_time:.2f} s '
                     f'during the episode; disarmed'))
+            if old > self.p_state_timeout:
+                self._disarm_on_fault('joint_states too old')
+                raise self._policy_abort(ex, P.STALE_STATE,
+                                         self._stale_message(ex, now, 'the episode'))
             if now > run.deadline:
                 raise self._policy_abort(ex, P.TIMEOUT, (
                     f'episode ran past max_duration {run.deadline - run.t_start:.1f} s'))
@@ -963,6 +986,14 @@ class RobotExecutorNode(Node):
             goal_handle.publish_feedback(feedback)
             if until(now):
                 return
+
+    def _stale_message(self, ex: _Execution, now: float, during: str) -> str:
+        """STALE_STATE: states arrive, but the latest was measured too long ago to judge
+        whether the arm follows (a cell or driver whose clock falls behind, a queue)."""
+        return (f'joint_states arrive but the latest was measured {now - ex.last_measured:.2f}'
+                f' s ago (> state_timeout {self.p_state_timeout} s; received '
+                f'{now - ex.last_state_time:.2f} s ago) during {during}: the executor\'s state '
+                f'is old, which says nothing about the arm; stop sent; disarmed')
 
     def _record_policy_steps(self, ex: _Execution, run: _PolicyRun):
         """The episode's actions decided since the last call, as PolicyStep messages."""
