@@ -8,6 +8,7 @@ by resume logic.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -80,14 +81,26 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+# module -> distribution names that provide it (open3d comes as open3d-cpu here)
+_VERSIONED = {'numpy': ('numpy',), 'mujoco': ('mujoco',), 'open3d': ('open3d-cpu', 'open3d'),
+              'torch': ('torch',), 'rosbags': ('rosbags',)}
+
+
+@functools.lru_cache(maxsize=1)
 def _versions() -> dict:
+    """Installed versions from the package metadata, without importing anything: importing
+    open3d and torch only to read __version__ took 10-30 s on a loaded machine, inside the
+    first manifest write of a process (an executor's result waited for it)."""
+    from importlib import metadata
     out = {'python': platform.python_version()}
-    for mod in ('numpy', 'mujoco', 'open3d', 'torch', 'rosbags'):
-        try:
-            out[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 - a missing optional module is simply not listed
-            pass
-    return out
+    for mod, dists in _VERSIONED.items():
+        for dist in dists:
+            try:
+                out[mod] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return dict(out)
 
 
 @dataclass
@@ -119,7 +132,7 @@ class StageRecord:
             'started': self.started,
             'finished': finished,
             'duration_s': finished - self.started,
-            'versions': _versions(),
+            'versions': dict(_versions()),
         })
 
 

@@ -141,6 +141,11 @@ class CameraCaptureNode(Node):
         super().__init__('camera_capture')
         p = self._declare()
         self.p = p
+        # The tunables (num_views, view_interval, run_dir, timeout) may change at run time
+        # (ros2 param set; rclpy checks ranges and refuses the read-only ones): the next goal
+        # uses the new values.
+        self.add_post_set_parameters_callback(
+            lambda params: self.p.update({q.name: q.value for q in params if q.name in self.p}))
         if p['source'] not in SOURCES:
             raise ConfigurationError(f'source {p["source"]!r} is not one of {SOURCES}')
         if not p['cameras']:

@@ -634,7 +634,9 @@ class RobotExecutorNode(Node):
                 sample = monitor.last
                 at_goal = monitor.at_goal()
                 stale = now - ex.last_state_time > self.p_state_timeout
-                old = now - ex.last_measured
+                # How old the latest state already was when it arrived (a clock or a queue
+                # behind ours); states that stop arriving are the check above.
+                old = ex.last_state_time - ex.last_measured
                 stop_reason = ex.stop_reason
             if stop_reason:
                 raise _Abort(R.STOPPED, stop_reason)   # _stop already sent the stop ramp
@@ -951,7 +953,7 @@ class RobotExecutorNode(Node):
                 sample = ex.monitor.last if ex.monitor is not None else None
                 moving = ex.t0 is not None
                 stale = moving and now - ex.last_state_time > self.p_state_timeout
-                old = now - ex.last_measured if moving else 0.0
+                old = ex.last_state_time - ex.last_measured if moving else 0.0
                 stop_reason = ex.stop_reason
             if stop_reason:
                 raise _Abort(P.STOPPED, stop_reason)   # _stop already sent the stop ramp
@@ -990,9 +992,9 @@ class RobotExecutorNode(Node):
     def _stale_message(self, ex: _Execution, now: float, during: str) -> str:
         """STALE_STATE: states arrive, but the latest was measured too long ago to judge
         whether the arm follows (a cell or driver whose clock falls behind, a queue)."""
-        return (f'joint_states arrive but the latest was measured {now - ex.last_measured:.2f}'
-                f' s ago (> state_timeout {self.p_state_timeout} s; received '
-                f'{now - ex.last_state_time:.2f} s ago) during {during}: the executor\'s state '
+        return (f'joint_states arrive but the latest was {ex.last_state_time - ex.last_measured:.2f}'
+                f' s old when it arrived (> state_timeout {self.p_state_timeout} s; measured '
+                f'{now - ex.last_measured:.2f} s ago) during {during}: the executor\'s state '
                 f'is old, which says nothing about the arm; stop sent; disarmed')
 
     def _record_policy_steps(self, ex: _Execution, run: _PolicyRun):
