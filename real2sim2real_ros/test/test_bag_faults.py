@@ -84,6 +84,30 @@ def test_metadata_qos_that_the_file_lacks_loses_no_messages(bag, tmp_path):
     assert got == [f'hello {i}' for i in range(N)]
 
 
+def _edit_metadata(bag, edit):
+    meta_path = bag / 'metadata.yaml'
+    meta = yaml.safe_load(meta_path.read_text())
+    for t in meta['rosbag2_bagfile_information']['topics_with_message_count']:
+        edit(t['topic_metadata'])
+    meta_path.write_text(yaml.safe_dump(meta))
+
+
+def test_bag_play_publishes_every_message_or_fails(bag, tmp_path):
+    """r2s2r bag play (a real ROS publisher per topic): the QoS-mismatched bag plays all
+    400 messages (it printed 'published 0 messages' with exit 0); a bag whose metadata lists
+    a topic the file does not hold exits 1 saying how many were missing."""
+    _edit_metadata(bag, lambda m: m.update(offered_qos_profiles=QOS)
+                   if m['name'] == '/chatter' else None)
+    res = _cli('play', str(bag), '--no-progress', '-r', '50')
+    assert res.returncode == 0 and f'published {2 * N} messages' in res.stderr, res.stderr
+    ghost = _bag(tmp_path / 'ghost', n=20)
+    _edit_metadata(ghost, lambda m: m.update(name='/ghost') if m['name'] == '/chatter'
+                   else None)
+    res = _cli('play', str(ghost), '--no-progress', '-r', '50')
+    assert res.returncode == 1, res.stderr
+    assert 'lists 40 messages on the played topics; 20 were read and published' in res.stderr
+
+
 def test_bag_folder_without_metadata_yaml_is_read(bag):
     (bag / 'metadata.yaml').unlink()
     info = bag_info(bag)
