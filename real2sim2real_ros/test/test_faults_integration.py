@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +156,90 @@ def test_cell_dies_mid_execution_aborts_disarms_and_keeps_the_record(graph):
         counts = {t: s.count for t, s in bag.topics.items()}
     assert counts['/joint_states'] > 30      # ~1 s at 100 Hz before the kill (loaded: fewer)
     assert counts['/joint_trajectory_controller/joint_trajectory'] >= 2   # the move, the stop
+
+
+class _LaggingCell:
+    """A stand-in cell whose joint_states arrive on time but carry stamps ``lag`` s old (a
+    driver or emulator whose clock has fallen behind): the arm holds still at ``q``."""
+
+    def __init__(self, q, lag: float):
+        import threading
+
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import String
+        from trajectory_msgs.msg import JointTrajectory
+
+        from real2sim2real_ros import qos
+        from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
+        self.robot = load_robot(default_cell_urdf())
+        self.q, self.lag = list(q), lag
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx)
+        self.node = rclpy.create_node('lagging_cell', context=self.ctx)
+        self.pub = self.node.create_publisher(JointState, 'joint_states', qos.STATE)
+        self.desc = self.node.create_publisher(String, 'robot_description', qos.LATCHED)
+        self.desc.publish(String(data=Path(default_cell_urdf()).read_text()))
+        self.commands = []
+        self.sub = self.node.create_subscription(
+            JointTrajectory, 'joint_trajectory_controller/joint_trajectory',
+            self.commands.append, qos.COMMAND)
+        self.node.create_timer(0.01, self._publish)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self._spin, daemon=True)
+        self.thread.start()
+
+    def _publish(self):
+        from builtin_interfaces.msg import Time
+        from sensor_msgs.msg import JointState
+        t = self.node.get_clock().now().nanoseconds * 1e-9 - self.lag
+        msg = JointState(name=list(self.robot.joint_names), position=self.q,
+                         velocity=[0.0] * len(self.q))
+        msg.header.stamp = Time(sec=int(t), nanosec=int((t % 1) * 1e9))
+        self.pub.publish(msg)
+
+    def _spin(self):
+        try:
+            self.executor.spin()
+        except Exception:  # noqa: BLE001 - context shut down
+            pass
+
+    def close(self):
+        import rclpy
+        self.executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.ctx)
+        self.thread.join(timeout=2.0)
+
+
+@pytest.mark.parametrize('lag, code', [(0.3, R.NONE), (1.5, R.STALE_STATE)])
+def test_old_states_are_stale_state_not_a_tracking_error(graph, lag, code):
+    """States stamped ``lag`` s late (state_timeout 1 s): 0.3 s is judged at its stamps and
+    the hold succeeds; 1.5 s is STALE_STATE ("the executor's state is old"), disarmed, never
+    TRACKING_ERROR. Before STALE_STATE the 1.5 s case ran to NONE on states it could not
+    judge."""
+    _start_cell, executor, _capture, cmd, _tmp = graph
+    q = [0.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0]
+    cell = _LaggingCell(q, lag)
+    try:
+        deadline = time.monotonic() + 30
+        while not (resp := cmd.arm(wait=30)).success and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert resp.success, resp.message
+        t0 = time.monotonic()
+        result = cmd.execute_trajectory(list(cell.robot.joint_names), [(1.0, q), (3.0, q)],
+                                        record=False, timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        cell.close()
+    print(f'states {lag} s late: {result.error_code} after {took:.2f} s: {result.error_msg}')
+    assert result.error_code == code, result.error_msg
+    if code == R.STALE_STATE:
+        assert "the executor's state is old" in result.error_msg and 'disarmed' in \
+            result.error_msg and f'{lag:.2f} s old when it arrived' in result.error_msg
+        assert not cmd.executor_status().armed and executor.alive('robot_executor')
+        assert took < 10.0
+    else:
+        cmd.disarm()

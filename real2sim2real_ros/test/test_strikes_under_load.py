@@ -79,7 +79,8 @@ def test_live_strikes_pass_with_a_busy_process_per_core(emulated_bringup):
             lags.append(_stamp_lag(r['bag_path']))
     lag = np.concatenate(lags) if lags else np.zeros(1)
     print(f'\n{n} busy processes: identify {took:.0f} s, code {result.error_code} '
-          f'{result.error_msg!r}; joint_states receive - stamp median {np.median(lag):.3f} s, max {lag.max():.3f} s')
+          f'{result.error_msg!r}; joint_states receive - stamp median {np.median(lag):.3f} s,'
+          f' max {lag.max():.3f} s')
     print('\n'.join(lines))
     assert result.error_code == IR.NONE, result.error_msg
     manifest = json.loads((Path(result.parameters.artifact_dir) / 'manifest.json').read_text())

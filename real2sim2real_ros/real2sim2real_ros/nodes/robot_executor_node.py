@@ -127,6 +127,7 @@ class _Execution:
     wake: threading.Event = field(default_factory=threading.Event)
     last_state_time: float = 0.0       # node clock: when the latest joint_states arrived
     last_measured: float = 0.0         # node clock: when the latest one was measured (stamp)
+    measured_seen: bool = False        # last_measured is from a state (not the send time)
     worst_joint: str = ''
     samples: int = 0
     frozen: bool = False               # tracking statistics stop at the stop/abort command
@@ -408,7 +409,9 @@ class RobotExecutorNode(Node):
                     # a sample that waited in the queue is not a tracking error.
                     ex.monitor.update(measured - ex.t0, q)
                 ex.last_state_time = now
-                ex.last_measured = max(ex.last_measured, measured)
+                ex.last_measured = (max(ex.last_measured, measured) if ex.measured_seen
+                                    else measured)
+                ex.measured_seen = True
 
     def _joint_states_topic(self) -> str:
         name = self.p_joint_states_topic
@@ -992,8 +995,9 @@ class RobotExecutorNode(Node):
     def _stale_message(self, ex: _Execution, now: float, during: str) -> str:
         """STALE_STATE: states arrive, but the latest was measured too long ago to judge
         whether the arm follows (a cell or driver whose clock falls behind, a queue)."""
-        return (f'joint_states arrive but the latest was {ex.last_state_time - ex.last_measured:.2f}'
-                f' s old when it arrived (> state_timeout {self.p_state_timeout} s; measured '
+        late = ex.last_state_time - ex.last_measured
+        return (f'joint_states arrive but the latest was {late:.2f} s old when it arrived '
+                f'(> state_timeout {self.p_state_timeout} s; measured '
                 f'{now - ex.last_measured:.2f} s ago) during {during}: the executor\'s state '
                 f'is old, which says nothing about the arm; stop sent; disarmed')
 
