@@ -486,18 +486,14 @@ class SimServerNode(Node):
                     resp.message = f'no keyframe {req.keyframe!r} in the twin'
                     return resp
                 q0 = twin.model.key_qpos[k][twin._qadr].copy()
-            if len(req.qpos):
-                if len(req.qpos) != nj or not np.all(np.isfinite(req.qpos)):
-                    resp.success = False
-                    resp.message = (f'qpos has {len(req.qpos)} values; the twin has {nj} '
-                                    f'joints {twin.joint_names} (finite values)')
+            for field in ('qpos', 'qvel'):
+                problem = _state_vector_problem(field, getattr(req, field), twin.joint_names)
+                if problem:
+                    resp.success, resp.message = False, problem
                     return resp
+            if len(req.qpos):
                 q0 = np.asarray(req.qpos, float)
             if len(req.qvel):
-                if len(req.qvel) != nj or not np.all(np.isfinite(req.qvel)):
-                    resp.success = False
-                    resp.message = f'qvel has {len(req.qvel)} values; the twin has {nj} joints'
-                    return resp
                 qd0 = np.asarray(req.qvel, float)
             twin.reset(q0, qd0)
             self.follower = TrajectoryFollower(twin.joint_names, twin.joint_positions(),
@@ -661,6 +657,20 @@ class SimServerNode(Node):
         with self._lock:
             if self.twin is not None:
                 self.twin.close()
+
+
+def _state_vector_problem(field: str, values, joint_names) -> str:
+    """'' when ``values`` is empty or one finite value per joint; else what is wrong."""
+    n = len(values)
+    if n == 0:
+        return ''
+    if n != len(joint_names):
+        return (f'{field} has {n} values; the twin has {len(joint_names)} joints '
+                f'{list(joint_names)}')
+    bad = [f'{name}={v}' for name, v in zip(joint_names, values) if not math.isfinite(v)]
+    if bad:
+        return f'{field} holds NaN or infinite values: {", ".join(bad)}'
+    return ''
 
 
 def main(args=None):
