@@ -482,7 +482,6 @@ class SimServerNode(Node):
             twin = self._twin_or_fail(resp)
             if twin is None:
                 return resp
-            nj = len(twin.joint_names)
             q0, qd0 = None, None
             if req.keyframe:
                 import mujoco
