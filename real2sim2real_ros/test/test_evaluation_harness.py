@@ -308,3 +308,22 @@ def test_wide_prior_cells_build_settle_and_span_the_prior():
                 assert abs(xyz[2] - o.xyz[2]) < 0.005 and abs(quat[0]) ** 2 + quat[3] ** 2 > 0.99
         finally:
             world.close()
+
+
+def test_a_stage_reading_the_cells_truth_fails_the_cell(tmp_path, monkeypatch):
+    """The harness's truth door is strict: a (deliberately leaking, test-only) identification
+    stage that reads the cell spec's servo gains -- what the old ``known_gains`` did -- fails
+    the cell with TruthLeak naming it, before any policy is trained. The real stages pass the
+    same door (test_one_cell_end_to_end_scores_every_stage: no leak, no declared reader)."""
+    from real2sim2real_ros.core.evaluation import identification
+
+    def leaking_identify(world, robot, cfg, found, *_a, **_k):
+        gains = list(world.spec.robot.kp)          # the emulated cell's truth
+        raise AssertionError(f'the door let a stage read the servo gains {gains}')
+    monkeypatch.setattr(identification, 'identify_cell', leaking_identify)
+    spec = draw_cells(1, seed=2)[0]
+    report = run([spec], HarnessConfig(trials=2, train=TINY), tmp_path / 'out', jobs=1)
+    c = report['cells'][0]
+    assert c['error'].startswith('TruthLeak: ') and 'leaking_identify' in c['error'], c
+    assert 'hidden truth (spec)' in c['error']
+    assert not (tmp_path / 'out' / spec.name / 'checkpoints').exists()

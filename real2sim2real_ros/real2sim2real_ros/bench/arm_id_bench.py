@@ -26,8 +26,8 @@ SETTINGS = {
 def record(spec, n_probes: int, duration: float, period: float):
     """(recordings, truth, known gains, joint names): ``n_probes + 1`` multisine probes on the
     emulated cell (the last for holding out), as the harness runs them."""
-    from ..core.emulated_world import EmulatedWorld
     from ..core.controller_config import cell_controller_config, load_servo_gains
+    from ..core.emulated_world import EmulatedWorld
     from ..core.evaluation.identification import record_probe
     from ..core.robot_description import default_cell_urdf, load_robot
     from ..core.sysid.probes import multisine_probe
