@@ -312,6 +312,8 @@ class SystemIdentificationNode(Node):
         if not specs and not obj_specs:
             raise _Fail(IR.UNKNOWN_PARAMETER, 'nothing to identify: ' + (object_note or
                         'no parameters declared'))
+        # The names are checked before any probe moves the arm.
+        twin = ident.arm_twin(robot, config, specs, settings, timer)
         run_dir = goal.run_dir or self.p_run_dir
         if not run_dir:
             import tempfile
@@ -356,7 +358,7 @@ class SystemIdentificationNode(Node):
         out = ident.fit_and_write(
             robot, config, run_dir, arm_specs=specs, object_specs=obj_specs,
             scene=scene_path or '', arm_recs=recs, strike_recs=srecs, settings=settings,
-            last_arm_values=last, timer=timer,
+            last_arm_values=last, timer=timer, twin=twin,
             inputs={'bag_paths': [str(b) for b in arm_bags + strike_bags],
                     'live_probes': probes, 'arm_bags': [str(b) for b in arm_bags],
                     'strike_bags': [str(b) for b in strike_bags],

@@ -34,7 +34,7 @@ from .bags import MissingTopicsError
 STAGE = 'identify'
 
 __all__ = ['FitSettings', 'ProbeExecutionError', 'StageOutput', 'StageTimer', 'StrikeCell',
-           'arm_probes', 'arm_values', 'fit_and_write', 'object_setup', 'run_strikes']
+           'arm_probes', 'arm_twin', 'arm_values', 'fit_and_write', 'object_setup', 'run_strikes']
 
 
 class ProbeExecutionError(RuntimeError):
@@ -87,6 +87,21 @@ def arm_probes(robot, center, n: int, *, duration: float, amplitude: float,
                             robot.velocity_limits, duration=duration, amplitude=amplitude,
                             velocity_fraction=velocity_fraction, seed=s, name=f'probe_{s}')
             for s in range(n)]
+
+
+def arm_twin(robot, config, arm_specs, settings: FitSettings | None = None,
+             timer: StageTimer | None = None):
+    """The arm's twin with the known (controller) values; validates the names of the known
+    values and of ``arm_specs`` before any probe moves the arm (UnknownParameterError)."""
+    settings = settings or FitSettings()
+    twin = _twin(robot, timer, timestep=settings.timestep)
+    try:
+        twin.validate_names(list(config.known) + [s.name for s in arm_specs])
+        twin.set_parameters(config.known)
+    except BaseException:
+        twin.close()
+        raise
+    return twin
 
 
 def arm_values(config, arm_specs=(), fit=None, last: dict | None = None) -> dict:
@@ -281,11 +296,12 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
                   arm_recs=(), strike_recs=(), settings: FitSettings | None = None,
                   inputs: dict | None = None, parameters: dict | None = None,
                   last_arm_values: dict | None = None, reference: dict | None = None,
-                  timer: StageTimer | None = None, progress=None, log=None) -> StageOutput:
+                  timer: StageTimer | None = None, progress=None, log=None,
+                  twin=None) -> StageOutput:
     """Fit the arm on ``arm_recs`` (the last held out unless strikes score it), the objects
     on ``strike_recs``; write ``run_dir/identify_NNN``. ``reference``: the objects' true
     values (an evaluator's, for the held-out floor only). ``progress(stage, fraction,
-    residual)``."""
+    residual)``. ``twin``: the arm's (:func:`arm_twin`, built here when None); closed here."""
     from .fit import identify
     from .report import write_object_report, write_report
     settings = settings or FitSettings()
@@ -293,16 +309,15 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
     log = log or (lambda _m: None)
     say = progress or (lambda *_a: None)
     t0 = time.perf_counter()
-    fit, twin, heldout, fit_recs = None, None, [], list(arm_recs)
+    fit, heldout, fit_recs = None, [], list(arm_recs)
     try:
         if arm_specs:
             if not arm_recs:
                 raise MissingTopicsError('the arm parameters need arm probe recordings (joint '
                                          'states + commanded trajectory); only strike probes '
                                          'were given')
-            twin = _twin(robot, timer, timestep=settings.timestep)
-            twin.validate_names(list(config.known) + [s.name for s in arm_specs])
-            twin.set_parameters(config.known)
+            if twin is None:
+                twin = arm_twin(robot, config, arm_specs, settings, timer)
             # With strike probes the arm is scored on them (held out from its fit); without,
             # the last arm probe is held out.
             recs = list(arm_recs)
