@@ -11,7 +11,10 @@ regression + polish against the multi-start rollout fit on the same recordings
 ``python -m real2sim2real_ros.bench identify [--live-run-dir DIR]``: the identify stage's wall
 time per sub-stage, harness (one cell, in process) and live (the node's manifest in DIR)
 (bench/identify_bench.py); writes bench_results/identify.json. ``make bench`` runs the
-harness one."""
+harness one.
+``python -m real2sim2real_ros.bench model_gap [CELL ...]``: the MuJoCo twin with a cell's true
+values against the cell (MuJoCo and Drake) on the same probes (bench/model_gap_bench.py);
+writes bench_results/model_gap.json."""
 from __future__ import annotations
 
 import json
@@ -61,8 +64,20 @@ def identify(argv) -> int:
     return 0
 
 
+def model_gap(argv) -> int:
+    from real2sim2real_ros.bench import model_gap_bench
+    out = model_gap_bench.main(tuple(argv) or ('default', 'drake_default'))
+    out_dir = Path('bench_results')
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / 'model_gap.json').write_text(json.dumps(out, indent=2, default=str))
+    print(f'saved {out_dir / "model_gap.json"}')
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == 'model_gap':
+        return model_gap(argv[1:])
     if argv and argv[0] == 'arm_id':
         return arm_id(argv[1:])
     if argv and argv[0] == 'identify':
