@@ -8,11 +8,15 @@ reader, listed in the cell's ``truth_reads``) fails the cell with TruthLeak. Per
 
 1. reconstruction: depth views on an arc around the table -> core/reconstruction; errors of
    every object against the truth;
-2. identification: arm multisine probes (fitted + one held out) and strikes on the task's
-   object, all executed on the cell (at most 5 probe executions) -> one ParameterSet with 95%
-   intervals; errors and interval coverage against the truth;
-3. training, three policies: in the nominal twin (priors: no identification), in the
-   identified twin, and in the identified twin with domain randomisation over the intervals;
+2. identification: the system_identification node's stage (core/sysid/stage.py, with
+   config/identification.yaml and the cell's controller file for the servo gains): arm
+   multisine probes and strikes on the task's object, all executed on the cell (at most 5
+   probe executions, the last strike held out) -> one ParameterSet with 95% intervals in an
+   ``identify_NNN`` folder; errors and interval coverage against the truth;
+3. training, three policies, through the policy_trainer node's stage (core/policies/stage.py)
+   in twins built as the node builds them (core/training_setup.build_task_and_twin from the
+   reconstructed scene MJCF): the nominal twin (priors: no identification), the identified
+   twin, and the identified twin with domain randomisation over the intervals;
 4. evaluation: each policy on the cell (N trials) and in twins, the same episodes everywhere:
    its own training twin and the identified twin (the loop's best model of the cell; its
    prediction is what the correlation with cell success is computed on). On the cell the
