@@ -51,7 +51,7 @@ def load_servo_gains(path, joint_names=None) -> dict[str, float]:
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ParameterError(f'cannot read the controller configuration {path}: {exc}') \
             from None
     sections = _gain_sections(data, path)
