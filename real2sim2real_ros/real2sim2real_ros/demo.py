@@ -139,6 +139,8 @@ def main(argv=None) -> int:
                 summary = json.loads(Path(result.summary_path).read_text())
                 print_summary(summary, console)
                 _say(f'summary {result.summary_path}')
+            from .bench.identify_bench import live, print_profiles
+            print_profiles([live(run_dir)], console)   # the identify stage's sub-stages
             if result.error_code:
                 code = 1
                 _say(f'[red]loop {code_name(type(result), result.error_code)}'

@@ -4,6 +4,7 @@ full runs: README results)."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,8 +41,8 @@ def test_drawn_cells_cover_the_prior_and_are_reproducible(tmp_path):
 
 def test_truth_names_map_onto_the_twin_names():
     m = {'box_0': 'box_7'}
-    assert _twin_name('geom/box_0/friction', m) == 'geom/object/box_7/friction'
-    assert _twin_name('body/box_0/mass', m) == 'body/object/box_7/mass'
+    assert _twin_name('geom/box_0/friction', m) == 'geom/box_7/friction'
+    assert _twin_name('body/box_0/mass', m) == 'body/box_7/mass'
     assert _twin_name('joint/elbow_joint/damping', m) == 'joint/elbow_joint/damping'
     assert _twin_name('global/command_latency', m) == 'global/command_latency'
 
@@ -189,21 +190,29 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
         for where in ('cell', 'twin_own', 'twin_identified'):
             assert p[where]['trials'] == 3
             assert p[where]['success_rate'] == p[where]['successes'] / 3
-        assert (tmp_path / 'out' / spec.name / 'checkpoints' / name / 'policy.json').is_file()
+        # The training stage's folder (core/policies/stage.py, the policy_trainer node's).
+        ckpt = tmp_path / 'out' / spec.name / 'checkpoints' / name
+        assert p['checkpoint'] == str(next(ckpt.glob('train_*/checkpoint')))
+        assert (Path(p['checkpoint']) / 'policy.json').is_file()
     assert c['policies']['identified']['twin_own'] == \
         c['policies']['identified']['twin_identified']
     assert set(c['stage_seconds']) >= {'reconstruct', 'identify', 'train_nominal'}
     # The policies on the cell saw the tracker (start frames only: a one-shot task), and no
     # stage read the cell's truth outside scoring / emulation (the door is strict: a leak
-    # would have failed the cell); the one declared reader is the servo gains.
+    # would have failed the cell); no declared reader (the servo gains: the controller file).
     obs = c['observation']
     assert obs['source'] == 'tracker' and saved['summary']['observation_sources'] == {
         spec.name: 'tracker'}
     assert obs['frames'] == 3 * 3 * len(POLICIES) and obs['rate_hz'] == 5.0
     reads = c['truth_reads']
     assert reads['leaks'] == [] and reads['allowed']['scoring']['object_poses'] == 9
-    assert {d['reader'].split(':')[0] for d in reads['declared']} <= {
-        'real2sim2real_ros.core.evaluation.identification.known_gains'}
+    assert reads['declared'] == []
+    # Identification ran the node's stage (core/sysid/stage.py): its folder and profile.
+    assert (Path(ident['stage_folder']) / 'parameters.yaml').is_file()
+    assert ident['controller_config'].endswith('controllers/default_arm.yaml')
+    prof = ident['profile']['seconds']
+    assert {'arm_probes', 'arm_fit', 'strike_probes', 'object_fit', 'twin_builds'} <= set(prof)
+    assert ident['profile']['counts']['twin_builds'] == 3     # arm, strikes, final objects
     assert len(saved['summary']['object_heldout_criterion']) == 1
 
 
@@ -226,8 +235,8 @@ def test_push_to_pose_through_the_harness_writes_the_documented_fields(tmp_path,
     def stub_identify(world, robot, cfg, found, table_height, out_dir, *_a, **_k):
         conf = load_identification_config(identification.identification_config_path())
         ps = ParameterSet()
-        for name, v in ((f'geom/object/{found.id}/friction', 0.6),
-                        (f'body/object/{found.id}/mass', 0.3)):
+        for name, v in ((f'geom/{found.id}/friction', 0.6),
+                        (f'body/{found.id}/mass', 0.3)):
             ps.add(ParameterEstimate(name, v, 0.9 * v, 1.1 * v, v, '', True))
         return {'parameters': ps, 'start_values': conf.start_values(), 'probes': 0}
     monkeypatch.setattr(identification, 'identify_cell', stub_identify)
@@ -252,8 +261,7 @@ def test_push_to_pose_through_the_harness_writes_the_documented_fields(tmp_path,
             assert p[where]['trials'] == 2
             assert p[where]['success_rate'] == p[where]['successes'] / 2
             assert p[where]['mean_error_m'] >= 0
-        meta = json.loads((tmp_path / 'out' / spec.name / 'checkpoints' / name /
-                           'policy.json').read_text())
+        meta = json.loads((Path(p['checkpoint']) / 'policy.json').read_text())
         assert meta['task']['task'] == 'push_to_pose'
     assert set(c['stage_seconds']) == {'reconstruct', 'identify',
                                        *(f'{s}_{n}' for n in POLICIES
@@ -300,3 +308,22 @@ def test_wide_prior_cells_build_settle_and_span_the_prior():
                 assert abs(xyz[2] - o.xyz[2]) < 0.005 and abs(quat[0]) ** 2 + quat[3] ** 2 > 0.99
         finally:
             world.close()
+
+
+def test_a_stage_reading_the_cells_truth_fails_the_cell(tmp_path, monkeypatch):
+    """The harness's truth door is strict: a (deliberately leaking, test-only) identification
+    stage that reads the cell spec's servo gains -- what the old ``known_gains`` did -- fails
+    the cell with TruthLeak naming it, before any policy is trained. The real stages pass the
+    same door (test_one_cell_end_to_end_scores_every_stage: no leak, no declared reader)."""
+    from real2sim2real_ros.core.evaluation import identification
+
+    def leaking_identify(world, robot, cfg, found, *_a, **_k):
+        gains = list(world.spec.robot.kp)          # the emulated cell's truth
+        raise AssertionError(f'the door let a stage read the servo gains {gains}')
+    monkeypatch.setattr(identification, 'identify_cell', leaking_identify)
+    spec = draw_cells(1, seed=2)[0]
+    report = run([spec], HarnessConfig(trials=2, train=TINY), tmp_path / 'out', jobs=1)
+    c = report['cells'][0]
+    assert c['error'].startswith('TruthLeak: ') and 'leaking_identify' in c['error'], c
+    assert 'hidden truth (spec)' in c['error']
+    assert not (tmp_path / 'out' / spec.name / 'checkpoints').exists()

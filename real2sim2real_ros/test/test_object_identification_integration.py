@@ -157,6 +157,16 @@ def test_live_strikes_identify_the_box_friction(live):
     assert len(inputs['arm_bags']) == 2 and 2 <= len(inputs['strike_bags']) <= 3
     objects = manifest['results']['objects']
     assert objects['heldout_joint_after'] < objects['heldout_joint_before']
+    # The stage's profile (core/sysid/stage.py): the probes' motion, the fits, twin builds
+    # (one arm twin, one for the strikes, a fresh one for the final object fit: none per
+    # strike).
+    prof = manifest['results']['profile']
+    print('identify profile (s): ' + ', '.join(f'{k} {v:.1f}'
+                                                for k, v in prof['seconds'].items()))
+    assert {'arm_probes', 'strike_probes', 'arm_fit', 'object_fit', 'twin_builds',
+            'report'} <= set(prof['seconds'])
+    assert prof['counts']['twin_builds'] == 3
+    assert prof['counts']['strike_probes'] == len(inputs['strike_bags'])
     assert (Path(result.parameters.artifact_dir) / 'objects.png').read_bytes()[:4] == \
         b'\x89PNG'
     # The arm, scored on the held-out strike probe's joints.

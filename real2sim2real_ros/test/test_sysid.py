@@ -177,7 +177,6 @@ def arm_config_and_cell(objects=()):
 
 
 def default_cell_fit(robot, objects=(), probes=2, method='regression'):
-    from real2sim2real_ros.core.evaluation.identification import known_gains
     conf, spec = arm_config_and_cell(objects)
     world = EmulatedWorld(spec)
     center = np.asarray(spec.robot.initial_positions)
@@ -185,8 +184,7 @@ def default_cell_fit(robot, objects=(), probes=2, method='regression'):
                                           robot.velocity_limits, duration=4.0, amplitude=0.35,
                                           velocity_fraction=0.5, seed=s))
             for s in range(probes)]
-    conf.known.update(known_gains(world))
-    twin = Twin(robot, parameters=conf.start_values())
+    twin = Twin(robot, parameters=conf.start_values())   # gains: the controller config
     fit = identify(twin, conf.specs, recs, method=method)
     return fit, spec.hidden_truth(list(world.joint_names))
 

@@ -8,6 +8,10 @@ bench_results/object_id.json.
 ``python -m real2sim2real_ros.bench arm_id [harness|live ...]``: arm identification,
 regression + polish against the multi-start rollout fit on the same recordings
 (bench/arm_id_bench.py); writes bench_results/arm_id.json. ``make bench`` runs it too.
+``python -m real2sim2real_ros.bench identify [--live-run-dir DIR]``: the identify stage's wall
+time per sub-stage, harness (one cell, in process) and live (the node's manifest in DIR)
+(bench/identify_bench.py); writes bench_results/identify.json. ``make bench`` runs the
+harness one.
 ``python -m real2sim2real_ros.bench model_gap [CELL ...]``: the MuJoCo twin with a cell's true
 values against the cell (MuJoCo and Drake) on the same probes (bench/model_gap_bench.py);
 writes bench_results/model_gap.json."""
@@ -50,6 +54,16 @@ def arm_id(argv) -> int:
     return 0
 
 
+def identify(argv) -> int:
+    from real2sim2real_ros.bench import identify_bench
+    out = identify_bench.main(argv)
+    out_dir = Path('bench_results')
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / 'identify.json').write_text(json.dumps(out, indent=2, default=str))
+    print(f'saved {out_dir / "identify.json"}')
+    return 0
+
+
 def model_gap(argv) -> int:
     from real2sim2real_ros.bench import model_gap_bench
     out = model_gap_bench.main(tuple(argv) or ('default', 'drake_default'))
@@ -66,6 +80,8 @@ def main(argv=None) -> int:
         return model_gap(argv[1:])
     if argv and argv[0] == 'arm_id':
         return arm_id(argv[1:])
+    if argv and argv[0] == 'identify':
+        return identify(argv[1:])
     if argv and argv[0] == 'push':
         from real2sim2real_ros.bench import push_bench
         return push_bench.main(argv[1:])
@@ -145,6 +161,9 @@ def main(argv=None) -> int:
 
     from real2sim2real_ros.bench import arm_id_bench
     results['arm_id'] = arm_id_bench.main(('harness', 'live'))
+
+    from real2sim2real_ros.bench import identify_bench
+    results['identify'] = identify_bench.main(())
 
     from real2sim2real_ros.bench import reconstruction_bench
     results['reconstruction'] = reconstruction_bench.run()

@@ -26,8 +26,9 @@ SETTINGS = {
 def record(spec, n_probes: int, duration: float, period: float):
     """(recordings, truth, known gains, joint names): ``n_probes + 1`` multisine probes on the
     emulated cell (the last for holding out), as the harness runs them."""
+    from ..core.controller_config import cell_controller_config, load_servo_gains
     from ..core.emulated_world import EmulatedWorld
-    from ..core.evaluation.identification import known_gains, record_probe
+    from ..core.evaluation.identification import record_probe
     from ..core.robot_description import default_cell_urdf, load_robot
     from ..core.sysid.probes import multisine_probe
     world = EmulatedWorld(spec)
@@ -42,7 +43,8 @@ def record(spec, n_probes: int, duration: float, period: float):
         probes.append(p)
         recs.append(record_probe(world, p, period=period))
     truth = spec.hidden_truth(list(world.joint_names))
-    return recs, truth, known_gains(world), robot, probes, center
+    gains = load_servo_gains(cell_controller_config(spec), robot.joint_names)   # the lab's
+    return recs, truth, gains, robot, probes, center
 
 
 def score(fit, truth: dict) -> dict:

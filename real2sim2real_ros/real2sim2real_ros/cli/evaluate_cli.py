@@ -191,7 +191,8 @@ def print_report(report: dict) -> None:
             obs_txt += (f' ({obs["frames_per_trial"]:.0f} fr, '
                         f'{obs["render_ms_per_trial"] + obs["track_ms_per_trial"]:.0f} ms/trial)')
         rows = {r['name'].rsplit('/', 1)[-1] + ('_m' if '/mass' in r['name'] else ''): r
-                for r in c['identification']['parameters'] if '/object/' in r['name']}
+                for r in c['identification']['parameters']
+                if r['name'].startswith(('geom/', 'body/'))}   # the object's
         fr, ms = rows.get('friction'), rows.get('mass_m')
         h = c['hidden']
         fr_txt = (f'{h["object_friction"]:.2f} / {fr["estimate"]:.2f} '

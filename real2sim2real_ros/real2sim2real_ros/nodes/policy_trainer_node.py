@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import tempfile
 import threading
 import time
@@ -338,21 +337,11 @@ class PolicyTrainerNode(Node):
     def _train(self, job: _Job):
         import torch
 
-        from ..core.artifacts import RunDirectory
         from ..core.parameters import ParameterError
-        from ..core.policies.pipeline import (
-            NoDemonstrationsError,
-            TrainingCanceled,
-            train_policy,
-        )
-        from ..core.policies.policy import CONFIG_FILE, WEIGHTS_FILE
+        from ..core.policies.pipeline import NoDemonstrationsError, TrainingCanceled
+        from ..core.policies.stage import train_stage
         from ..core.tasks import task_names
-        from ..core.training_setup import (
-            budget_config,
-            load_parameter_set,
-            steps_per_episode,
-            training_steps,
-        )
+        from ..core.training_setup import budget_config, load_parameter_set, steps_per_episode
         goal = job.goal_handle.request
         if int(goal.total_steps) > MAX_TRAIN_STEPS:
             raise _Fail(TR.TRAINING_FAILED, f'total_steps {goal.total_steps} is more than the '
@@ -385,62 +374,37 @@ class PolicyTrainerNode(Node):
         run_dir = goal.run_dir or self._param('run_dir') or tempfile.mkdtemp(
             prefix='r2s2r_train_')
         threads = int(self._param('torch_threads'))
-        stage = RunDirectory(run_dir).new_stage('train', inputs={
-            'task': goal.task, 'parameters_path': goal.parameters_path,
-            'randomize': bool(goal.randomize), 'total_steps': int(goal.total_steps),
-            'demo_bags': list(goal.demo_bags), 'robot': self._robot_source,
-            'scene': inputs.scene, 'twin_parameters_file': self.p_twin_parameters_file,
-        }, parameters={
-            'train_config': asdict(cfg), 'task_config': inputs.task_config,
-            'start_values': inputs.start_values, 'parameter_values': inputs.parameter_values,
-            'timestep': inputs.timestep, 'torch_threads': threads,
-            'training_steps': training_steps(cfg, task.one_shot, spe)})
-        marks: list = []          # (stage, wall time it started)
-        t0 = time.monotonic()
+        stage_at = ['setup']
 
         def progress(name, fraction, success):
             if job.cancel.is_set():
                 return False
-            if not marks or marks[-1][0] != name:
-                marks.append((name, time.monotonic()))
+            stage_at[0] = name
             self._feedback_train(job, name, fraction, success)
             return True
         previous = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            res = train_policy(task, twin, parameters if goal.randomize else None, cfg,
-                               stage.folder / 'checkpoint', progress=progress, demos=demos)
+            out = train_stage(task, twin, inputs, run_dir, cfg, parameters=parameters,
+                              randomize=bool(goal.randomize), demos=demos, progress=progress,
+                              inputs={'parameters_path': goal.parameters_path,
+                                      'total_steps': int(goal.total_steps),
+                                      'demo_bags': list(goal.demo_bags),
+                                      'robot': self._robot_source,
+                                      'twin_parameters_file': self.p_twin_parameters_file},
+                              parameters_record={'torch_threads': threads})
         except TrainingCanceled:
-            shutil.rmtree(stage.folder, ignore_errors=True)
-            raise _Fail(TR.CANCELED, f'canceled during {marks[-1][0] if marks else "setup"}'
-                        ) from None
+            raise _Fail(TR.CANCELED, f'canceled during {stage_at[0]}') from None
         except NoDemonstrationsError as exc:
-            shutil.rmtree(stage.folder, ignore_errors=True)
             read = (f'{len(goal.demo_bags)} demo bag(s) read, {len(demos)} demonstration(s): '
                     if demos is not None else '')
             raise _Fail(TR.NO_DEMOS, read + str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - unstable twin, IK, ... : a result, no crash
-            shutil.rmtree(stage.folder, ignore_errors=True)
             raise _Fail(TR.TRAINING_FAILED, f'{type(exc).__name__}: {exc}') from None
         finally:
             torch.set_num_threads(previous)
             twin.close()
-        wall = time.monotonic() - t0
-        ends = [m[1] for m in marks[1:]] + [time.monotonic()]
-        stage_seconds: dict = {}
-        for (name, start), end in zip(marks, ends):
-            stage_seconds[name] = stage_seconds.get(name, 0.0) + end - start
-        ckpt = Path(res.checkpoint)
-        stage.add_output('policy_weights', ckpt / WEIGHTS_FILE)
-        stage.add_output('policy_config', ckpt / CONFIG_FILE)
-        stage.results = {
-            'twin_eval': res.twin_eval.to_dict(), 'twin_eval_bc': res.twin_eval_bc.to_dict(),
-            'demos_tried': res.demos_tried, 'demos_kept': res.demos_kept,
-            'bc_loss': res.bc_loss, 'ppo_success_per_iteration': res.ppo_success_per_iteration,
-            'randomization': res.randomization, 'wall_seconds': wall,
-            'cpu_seconds': res.cpu_seconds, 'stage_seconds': stage_seconds,
-            'demos': res.details.get('demos')}
-        stage.finish()
+        res, wall, ckpt = out.result, out.wall_s, out.checkpoint
         ev = res.twin_eval
         self._feedback_train(job, 'done', 1.0, ev.success_rate, force=True)
         if demos is not None:

@@ -32,9 +32,12 @@ Action ``~/identify`` (real2sim2real_msgs/action/Identify):
   pushes them to ``<sim_server>/set_physical_parameters`` when that service is up (the arm's
   and the objects' in two calls: a twin without the scene still takes the arm's).
 
-The twin's servo gains are the controller configuration the lab knows (``known:`` in the
-parameters file), not identified. Error codes map one to one onto the core's exceptions
-(:func:`error_code_for`). Exit code 2 with one line on stderr for unusable parameters.
+The twin's servo gains are the controller configuration the lab knows (the parameters file's
+``controller_config``, a ros2_control YAML: core/controller_config.py), not identified. The
+stage itself (probes, fits, the folder) is core/sysid/stage.py, which the evaluation harness
+runs too; the manifest's results carry its per-sub-stage wall times (``profile``). Error
+codes map one to one onto the core's exceptions (:func:`error_code_for`). Exit code 2 with
+one line on stderr for unusable parameters.
 """
 from __future__ import annotations
 
@@ -61,7 +64,8 @@ from .. import qos
 from ..core.parameters import InvalidBoundsError, ParameterError, UnknownParameterError
 from ..core.sysid.bags import BagRecordingError, MissingTopicsError
 from ..core.sysid.fit import NotConvergedError
-from ..core.twin import UnstableTwinError
+from ..core.sysid.stage import ProbeExecutionError
+from ..core.twin import TwinError, UnstableTwinError
 from ..goal_client import GoalClient
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
@@ -87,7 +91,8 @@ def error_code_for(exc: BaseException) -> int:
                       (UnknownParameterError, IR.UNKNOWN_PARAMETER),
                       (InvalidBoundsError, IR.INVALID_BOUNDS),
                       (NotConvergedError, IR.NOT_CONVERGED),
-                      (UnstableTwinError, IR.UNSTABLE_TWIN)):
+                      (UnstableTwinError, IR.UNSTABLE_TWIN),
+                      (ProbeExecutionError, IR.EXECUTION_FAILED)):
         if isinstance(exc, cls):
             return code
     return IR.INVALID_BOUNDS if isinstance(exc, ParameterError) else IR.NOT_CONVERGED
@@ -286,11 +291,9 @@ class SystemIdentificationNode(Node):
             raise _Fail(IR.CANCELED, f'canceled during {stage}')
 
     def _identify(self, goal_handle, result):
-        from ..core.artifacts import RunDirectory
-        from ..core.sysid.bags import is_strike_bag, recording_from_bag
+        from ..core.sysid import stage as ident
+        from ..core.sysid.bags import is_strike_bag, recording_from_bag, strike_recording_from_bag
         from ..core.sysid.config import load_identification_config
-        from ..core.sysid.fit import identify
-        from ..core.twin import Twin
         goal = goal_handle.request
         if int(goal.num_probes) > MAX_PROBES:
             raise _Fail(IR.INVALID_BOUNDS, f'num_probes {goal.num_probes} is more than the '
@@ -300,6 +303,109 @@ class SystemIdentificationNode(Node):
             raise _Fail(IR.INVALID_BOUNDS, f'{len(goal.bag_paths)} bag_paths is more than the '
                         f'{MAX_IDENTIFY_BAGS} allowed')
         config = load_identification_config(self.p_parameters_file)
+        robot = self._wait_for_robot()
+        timer = ident.StageTimer()
+        settings = ident.FitSettings(self.p_nthread, self.p_max_iter, self.p_fit_restarts,
+                                     self.p_fit_method, self.p_timestep)
+        bags = list(goal.bag_paths)
+        strike_given = [b for b in bags if is_strike_bag(b)]
+        scene_path = self._scene_for(robot, strike_given)
+        try:
+            obj_twin, object_specs, object_note = ident.object_setup(
+                robot, config, scene_path, timestep=self.p_timestep, timer=timer)
+        except TwinError as exc:
+            raise _Fail(IR.EXECUTION_FAILED, f'scene {scene_path}: {exc}') from None
+        specs, obj_specs = config.split(list(goal.parameter_names), object_specs)
+        if bags and not strike_given and not goal.parameter_names:
+            obj_specs = []      # offline arm bags only: the arm
+        if not specs and not obj_specs:
+            raise _Fail(IR.UNKNOWN_PARAMETER, 'nothing to identify: ' + (object_note or
+                        'no parameters declared'))
+        # The names are checked before any probe moves the arm.
+        twin = ident.arm_twin(robot, config, specs, settings, timer)
+        run_dir = goal.run_dir or self.p_run_dir
+        if not run_dir:
+            import tempfile
+            run_dir = tempfile.mkdtemp(prefix='r2s2r_identify_')
+        with self._lock:
+            last = dict(self._arm_values)
+        probes, strike_bags, arm_bags = [], [], []
+        if not bags:
+            n_arm = int(goal.num_probes) or self.p_num_probes
+            n_strike = max(0, int(config.strike_probes)) if obj_specs else 0
+            if n_strike:
+                n_arm = max(1, min(n_arm, self.p_max_probes - n_strike))
+                n_strike = min(n_strike, self.p_max_probes - (n_arm if specs else 0))
+            if specs:
+                with timer('arm_probes'):
+                    arm_bags, probes = self._excite(goal_handle, robot, n_arm)
+            if obj_specs and n_strike:
+                cell = _ExecutorStrikeCell(self, goal_handle, robot)
+                with subscribed(self, TrackedObjects, self.p_tracked_topic, self._on_tracked,
+                                qos.STATE, self._cb):
+                    ident.run_strikes(
+                        cell, robot, obj_twin, obj_specs, config, n_strike, settings=settings,
+                        values=ident.arm_values(config, specs, None, last),
+                        progress=lambda st, p: self._feedback(goal_handle, st, p),
+                        log=self.get_logger().warning, timer=timer, scene=scene_path or '')
+                strike_bags = cell.bags
+                probes += [Path(b).parent.name for b in strike_bags]
+        else:
+            arm_bags = [b for b in bags if b not in strike_given]
+            strike_bags = strike_given if obj_specs else []
+            if not arm_bags and strike_bags and not goal.parameter_names:
+                specs = []      # strike bags only: the objects (arm as last identified)
+        if obj_twin is not None:
+            obj_twin.close()
+        self._feedback(goal_handle, 'read_bags', 0.0)
+        with timer('read_bags'):
+            recs = [recording_from_bag(b, robot.joint_names, name=f'probe_{i}')
+                    for i, b in enumerate(arm_bags)] if specs else []
+            srecs = [strike_recording_from_bag(b, robot.joint_names, name=f'strike_{i}')
+                     for i, b in enumerate(strike_bags)] if obj_specs else []
+        arm_heldout = bool(specs) and len(recs) > 1 and not (obj_specs and strike_bags)
+        out = ident.fit_and_write(
+            robot, config, run_dir, arm_specs=specs, object_specs=obj_specs,
+            scene=scene_path or '', arm_recs=recs, strike_recs=srecs, settings=settings,
+            last_arm_values=last, timer=timer, twin=twin,
+            inputs={'bag_paths': [str(b) for b in arm_bags + strike_bags],
+                    'live_probes': probes, 'arm_bags': [str(b) for b in arm_bags],
+                    'strike_bags': [str(b) for b in strike_bags],
+                    'heldout': [str(arm_bags[-1])] if arm_heldout else (
+                        [str(strike_bags[-1])] if len(strike_bags) > 1 else []),
+                    'scene': scene_path or ''},
+            parameters={'parameters_file': self.p_parameters_file,
+                        'objects_note': object_note},
+            progress=lambda st, p, r: self._feedback(goal_handle, st, p, r),
+            log=lambda m: self.get_logger().warning(f'identify: {m}'))
+        fit, ofit = out.fit, out.object_fit
+        if fit is not None:
+            with self._lock:
+                self._arm_values = fit.parameters.values()
+        msg = PhysicalParameterSet(artifact_dir=str(out.folder))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        for e in out.estimates:
+            msg.parameters.append(PhysicalParameter(
+                name=e.name, value=e.value, lower_95=e.lower_95, upper_95=e.upper_95,
+                prior=e.prior, unit=e.unit, identified=e.identified))
+        self.pub_params.publish(msg)
+        self._push_to_sim(msg, [e.name for e in (ofit.parameters if ofit else [])])
+        result.parameters = msg
+        first = fit if fit is not None else ofit
+        result.residual_before, result.residual_after = (first.residual_before,
+                                                         first.residual_after)
+        if out.heldout_arm or ofit is None:
+            result.heldout_error_before = fit.heldout_error_before
+            result.heldout_error_after = fit.heldout_error_after
+        else:   # the arm (and objects) scored on the held-out strike probe's joints
+            result.heldout_error_before = ofit.heldout_joint_before
+            result.heldout_error_after = ofit.heldout_joint_after
+        result.report_path = str(out.report_path)
+        self.get_logger().info('identify profile (s): ' + ', '.join(
+            f'{k} {v:.1f}' for k, v in out.timings['seconds'].items()))
+        self._feedback(goal_handle, 'done', 1.0, result.residual_after)
+
+    def _wait_for_robot(self):
         # A goal sent right after bringup may arrive before the latched robot_description:
         # give it a few seconds rather than failing at once.
         deadline = time.monotonic() + 10.0
@@ -311,182 +417,20 @@ class SystemIdentificationNode(Node):
             time.sleep(0.1)
         if robot is None:
             raise _Fail(IR.EXECUTION_FAILED, f'no robot model: {self._robot_error}')
-        bags = list(goal.bag_paths)
-        strike_given = [b for b in bags if is_strike_bag(b)]
-        scene_path, obj_twin, object_specs, object_note = self._object_twin(
-            robot, config, strike_given)
-        specs, obj_specs = config.split(list(goal.parameter_names), object_specs)
-        if bags and not strike_given and not goal.parameter_names:
-            obj_specs = []      # offline arm bags only: the arm
-        if not specs and not obj_specs:
-            raise _Fail(IR.UNKNOWN_PARAMETER, 'nothing to identify: ' + (object_note or
-                        'no parameters declared'))
-        twin = Twin(robot, timestep=self.p_timestep)
-        twin.validate_names(list(config.known) + [s.name for s in specs])
-        twin.set_parameters(config.known)
-        run_dir = goal.run_dir or self.p_run_dir
-        if not run_dir:
-            import tempfile
-            run_dir = tempfile.mkdtemp(prefix='r2s2r_identify_')
-        probes, strike_bags, arm_bags = [], [], []
-        if not bags:
-            n_arm = int(goal.num_probes) or self.p_num_probes
-            n_strike = max(0, int(config.strike_probes)) if obj_specs else 0
-            if n_strike:
-                n_arm = max(1, min(n_arm, self.p_max_probes - n_strike))
-                n_strike = min(n_strike, self.p_max_probes - (n_arm if specs else 0))
-            if specs:
-                arm_bags, probes = self._excite(goal_handle, robot, n_arm)
-            if obj_specs and n_strike:
-                strike_bags = self._strike(goal_handle, robot, obj_twin, obj_specs, config,
-                                           scene_path, twin, specs, n_strike)
-                probes += [Path(b).parent.name for b in strike_bags]
-        else:
-            arm_bags = [b for b in bags if b not in strike_given]
-            strike_bags = strike_given if obj_specs else []
-            if not arm_bags and strike_bags and not goal.parameter_names:
-                specs = []      # strike bags only: the objects (arm as last identified)
-        self._feedback(goal_handle, 'read_bags', 0.0)
-        fit = None
-        heldout = []
-        if specs:
-            if not arm_bags:
-                raise _Fail(IR.MISSING_TOPICS, 'the arm parameters need arm probe bags (joint '
-                            'states + commanded trajectory); only strike probe bags were given')
-            recs = [recording_from_bag(b, robot.joint_names, name=f'probe_{i}')
-                    for i, b in enumerate(arm_bags)]
-            # With strike probes the arm is scored on them (held out from its fit); without,
-            # the last arm probe is held out.
-            if len(recs) > 1 and not (obj_specs and strike_bags):
-                fit_recs, heldout = recs[:-1], recs[-1:]
-            else:
-                fit_recs = recs
-            self._feedback(goal_handle, 'fit', 0.0)
-            fit = identify(twin, specs, fit_recs, heldout=heldout, nthread=self.p_nthread,
-                           max_iter=self.p_max_iter, restarts=self.p_fit_restarts,
-                           method=self.p_fit_method,
-                           progress=lambda stage, p, r: self._feedback(goal_handle, 'fit', p, r))
-            for w in fit.warnings:   # degenerate / contaminated fit: never silently used
-                self.get_logger().warning(f'identify: arm fit ({fit.method}): {w}')
-            with self._lock:
-                self._arm_values = fit.parameters.values()
-        ofit = None
-        if obj_specs:
-            ofit = self._fit_objects(goal_handle, robot, scene_path, obj_specs, config,
-                                     strike_bags, twin, specs, fit)
-        self._feedback(goal_handle, 'report', 0.95,
-                       fit.residual_after if fit else ofit.residual_after)
-        all_bags = [str(b) for b in arm_bags] + [str(b) for b in strike_bags]
-        stage = RunDirectory(run_dir).new_stage('identify', inputs={
-            'bag_paths': all_bags, 'live_probes': probes,
-            'arm_bags': [str(b) for b in arm_bags],
-            'strike_bags': [str(b) for b in strike_bags],
-            'heldout': [str(arm_bags[-1])] if heldout else (
-                [str(strike_bags[-1])] if len(strike_bags) > 1 else []),
-            'scene': scene_path or '',
-        }, parameters={
-            'parameters_file': self.p_parameters_file, 'known': config.known,
-            'declared': [vars(s) for s in specs + obj_specs], 'timestep': self.p_timestep,
-            'nthread': self.p_nthread, 'max_iter': self.p_max_iter,
-            'fit_restarts': self.p_fit_restarts, 'fit_method': self.p_fit_method,
-            'strike': config.strike, 'object_fit': config.object_fit,
-            'objects_note': object_note})
-        from ..core.parameters import ParameterSet
-        estimates = ParameterSet()
-        for part in (fit.parameters if fit else [], ofit.parameters if ofit else []):
-            for e in part:
-                estimates.add(e)
-        params_path = estimates.save(stage.folder / 'parameters.yaml')
-        stage.add_output('parameters', params_path)
-        from ..core.sysid.report import write_object_report, write_report
-        report = None
-        if fit is not None:
-            priors = {s.name: s.prior for s in specs}
-            report = write_report(stage.folder / 'report.png', twin, fit,
-                                  (heldout or fit_recs)[-1], priors)
-            stage.add_output('report', report)
-        if ofit is not None:
-            oreport = write_object_report(stage.folder / 'objects.png', ofit)
-            stage.add_output('object_report', oreport)
-            report = report or oreport
-        stage.results = {'estimates': estimates.to_dict()['parameters']}
-        if fit is not None:
-            stage.results.update({
-                'residual_before': fit.residual_before, 'residual_after': fit.residual_after,
-                'heldout_error_before': fit.heldout_error_before,
-                'heldout_error_after': fit.heldout_error_after, 'fit_wall_s': fit.wall_time,
-                'rollouts': fit.n_rollouts, 'method': fit.method,
-                'iterations': fit.iterations, 'warnings': fit.warnings,
-                'diagnostics': fit.diagnostics})
-        if ofit is not None:
-            stage.results['objects'] = {
-                'residual_before': ofit.residual_before, 'residual_after': ofit.residual_after,
-                'heldout_error_before_m': ofit.heldout_error_before,
-                'heldout_error_after_m': ofit.heldout_error_after,
-                'heldout_along_before_m': ofit.heldout_along_before,
-                'heldout_along_after_m': ofit.heldout_along_after,
-                'heldout_joint_before': ofit.heldout_joint_before,
-                'heldout_joint_after': ofit.heldout_joint_after,
-                'fit_wall_s': ofit.wall_time, 'rollouts': ofit.n_rollouts,
-                'tracker_noise_m': ofit.tracker_noise, 'dropped': ofit.dropped,
-                'unstruck': ofit.unstruck, 'per_object': ofit.per_object}
-        stage.finish()
-        msg = PhysicalParameterSet(artifact_dir=str(stage.folder))
-        msg.header.stamp = self.get_clock().now().to_msg()
-        for e in estimates:
-            msg.parameters.append(PhysicalParameter(
-                name=e.name, value=e.value, lower_95=e.lower_95, upper_95=e.upper_95,
-                prior=e.prior, unit=e.unit, identified=e.identified))
-        self.pub_params.publish(msg)
-        self._push_to_sim(msg, [e.name for e in (ofit.parameters if ofit else [])])
-        result.parameters = msg
-        if fit is not None:
-            result.residual_before, result.residual_after = (fit.residual_before,
-                                                             fit.residual_after)
-        else:
-            result.residual_before, result.residual_after = (ofit.residual_before,
-                                                             ofit.residual_after)
-        if heldout or ofit is None:
-            result.heldout_error_before = fit.heldout_error_before
-            result.heldout_error_after = fit.heldout_error_after
-        else:   # the arm (and objects) scored on the held-out strike probe's joints
-            result.heldout_error_before = ofit.heldout_joint_before
-            result.heldout_error_after = ofit.heldout_joint_after
-        result.report_path = str(report)
-        self._feedback(goal_handle, 'done', 1.0, result.residual_after)
+        return robot
 
     # ------------------------------------------------------------------ objects
-    def _object_twin(self, robot, config, strike_bags):
-        """(scene path, twin with the scene, expanded object specs, note why none)."""
-        if not config.object_templates:
-            return None, None, [], ''
-        scene = ''
-        for b in strike_bags:   # offline: the scene the strikes were planned in
-            from ..core.sysid.bags import strike_recording_from_bag
+    def _scene_for(self, robot, strike_bags) -> str:
+        """The scene: the one offline strikes were planned in, else scene_file, else the
+        latched scene topic's ('' = none)."""
+        from ..core.sysid.bags import strike_recording_from_bag
+        for b in strike_bags:
             info = strike_recording_from_bag(b, robot.joint_names).info
             if info.get('scene') and Path(info['scene']).is_file():
-                scene = info['scene']
-                break
-        if not scene:
-            scene = self.get_parameter('scene_file').value or ''
-            with self._lock:
-                scene = scene or self._scene_path
-        if not scene:
-            return None, None, [], ('no scene (parameter scene_file or the latched scene topic '
-                                    'of scene_reconstruction): objects not identified')
-        from ..core.sysid.object_fit import ensure_object_priority, strike_objects
-        from ..core.twin import Twin, TwinError
-        try:
-            twin = Twin(robot, scene=scene, timestep=self.p_timestep)
-        except TwinError as exc:
-            raise _Fail(IR.EXECUTION_FAILED, f'scene {scene}: {exc}') from None
-        ensure_object_priority(twin)
-        ids = [o.id for o in strike_objects(twin, {i: ((0, 0, 0), 0.0)
-                                                   for i in twin.object_ids})]
-        if not ids:
-            return scene, twin, [], f'scene {scene} has no box or cylinder object'
-        specs = config.object_specs(ids, twin.get_parameter)
-        return scene, twin, specs, ''
+                return info['scene']
+        scene = self.get_parameter('scene_file').value or ''
+        with self._lock:
+            return scene or self._scene_path
 
     def _on_scene(self, msg):
         with self._lock:
@@ -526,156 +470,6 @@ class SystemIdentificationNode(Node):
                 out[oid] = (np.mean([i[0] for i in items], axis=0),
                             float(np.arctan2(np.sin(yaws).mean(), np.cos(yaws).mean())))
         return out
-
-    def _strike(self, goal_handle, robot, twin, specs, config, scene, arm_twin, arm_specs,
-                n: int):
-        """Strike probes through the executor, one bag each (executor recording + tracked
-        poses + the plan); the friction bounds of each probe's plan come from the fit of the
-        probes before it."""
-        from rclpy.serialization import serialize_message as serialize_ros
-
-        from ..core.sysid.bags import strike_recording_from_bag, write_strike_bag
-        from ..core.sysid.object_fit import (
-            ObjectFitOptions,
-            identify_objects,
-            strike_objects,
-            table_region,
-        )
-        from ..core.sysid.object_probes import StrikeConfig, plan_strike_probe
-        from ..core.sysid.probes import ProbeError
-        try:
-            scfg = StrikeConfig.from_dict(config.strike)
-            options = ObjectFitOptions.from_dict(config.object_fit)
-            table = table_region(twin)
-        except ValueError as exc:
-            raise _Fail(IR.INVALID_BOUNDS, f'object identification config: {exc}') from None
-        ids = sorted({s.name.split('/')[1] for s in specs})
-        friction = {oid: (0.2, 0.5, 1.0) for oid in ids}
-        for s in specs:
-            if s.name.endswith('/friction'):
-                friction[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
-        self._apply_arm_values(twin, arm_twin, arm_specs, config)
-        bags, recs, previous, seen = [], [], {}, {}
-        with subscribed(self, TrackedObjects, self.p_tracked_topic, self._on_tracked, qos.STATE,
-                        self._cb):
-            for r in range(n):
-                self._feedback(goal_handle, f'strike {r + 1}/{n}', 0.5 + 0.3 * r / max(n, 1))
-                poses = self._tracked_poses(ids)
-                for oid, (xyz, _) in seen.items():
-                    if oid not in poses:
-                        raise _Fail(IR.EXECUTION_FAILED, (
-                            f'object {oid!r} is lost: no tracked pose after strike probe {r} '
-                            f'(last seen at {np.round(xyz, 3).tolist()}; off the table or out '
-                            f'of view). Put it back and run identify again'))
-                    if poses[oid][0][2] < table.height - 0.02 or not table.inside(
-                            poses[oid][0][:2], 0.0)[0]:
-                        raise _Fail(IR.EXECUTION_FAILED, (
-                            f'object {oid!r} is off the table at '
-                            f'{np.round(poses[oid][0], 3).tolist()} after strike probe {r}'))
-                seen.update(poses)
-                objs = strike_objects(twin, poses)
-                if not objs:
-                    raise _Fail(IR.MISSING_TOPICS, (
-                        f'the tracker reports none of the scene objects {ids} (it reports '
-                        f'{sorted(poses)})'))
-                q = self._current(robot)
-                try:
-                    plan = plan_strike_probe(robot, objs, table, q, friction, scfg,
-                                             previous=previous, name=f'strike_{r}')
-                except ProbeError as exc:
-                    if r == 0:
-                        raise _Fail(IR.EXECUTION_FAILED, f'no strike probe: {exc}') from None
-                    self.get_logger().warning(f'strike probe {r}: {exc}; stopping strikes')
-                    break
-                for oid, why in plan.skipped.items():
-                    self.get_logger().warning(f'strike probe {r}: {oid} not struck: {why}')
-                with self._lock:
-                    self._tracked = []
-                p = plan.probe
-                t_send = self.get_clock().now().nanoseconds
-                bag = self._execute(goal_handle, robot, p.times, p.positions, p.velocities,
-                                    True, p.name)
-                time.sleep(0.3)    # the last frames of the settle time
-                with self._lock:
-                    tracked = [(t, serialize_ros(m)) for t, m in self._tracked
-                               if t >= t_send - 1e9]
-                info = {'strikes': [s.to_dict() for s in plan.strikes], 'scene': scene,
-                        'skipped': plan.skipped, 'round': r, 'strike_config': vars(scfg),
-                        'tracked_topic': self.p_tracked_topic}
-                out = write_strike_bag(bag, Path(bag).parent / 'strike_probe', tracked, info)
-                bags.append(out)
-                recs.append(strike_recording_from_bag(out, robot.joint_names,
-                                                      name=f'strike_{r}'))
-                for s in plan.strikes:
-                    previous[s.object_id] = s.heading
-                if r < n - 1:
-                    self._feedback(goal_handle, f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
-                    try:
-                        f = identify_objects(twin, specs, recs, options=options,
-                                             nthread=self.p_nthread)
-                    except ValueError as exc:
-                        self.get_logger().warning(f'intermediate object fit: {exc}')
-                        continue
-                    for s in specs:
-                        if s.name.endswith('/friction') and f.parameters[s.name].identified:
-                            e = f.parameters[s.name]
-                            friction[s.name.split('/')[1]] = (e.lower_95, e.value, e.upper_95)
-        return bags
-
-    def _apply_arm_values(self, twin, arm_twin, arm_specs, config):
-        """The object twin gets the arm as identified (this goal's fit, else the last one,
-        else the declared priors) and the known controller values."""
-        values = dict(config.known)
-        values.update({s.name: s.prior for s in config.specs})
-        with self._lock:
-            values.update(getattr(self, '_arm_values', {}) or {})
-        if arm_specs:
-            values.update(arm_twin.get_parameters([s.name for s in arm_specs]))
-        twin.set_parameters({k: v for k, v in values.items() if self._twin_has(twin, k)})
-        return values
-
-    @staticmethod
-    def _twin_has(twin, name) -> bool:
-        try:
-            twin.validate_names([name])
-            return True
-        except Exception:  # noqa: BLE001
-            return False
-
-    def _fit_objects(self, goal_handle, robot, scene, specs, config, strike_bags, arm_twin,
-                     arm_specs, arm_fit):
-        from ..core.sysid.bags import strike_recording_from_bag
-        from ..core.sysid.object_fit import (
-            ObjectFitOptions,
-            ensure_object_priority,
-            final_object_fits,
-        )
-        from ..core.twin import Twin
-        # A fresh twin: live and offline fits then start from the same state (a twin that
-        # ran the intermediate fits differs in its last bits, which contact outcomes amplify).
-        twin = Twin(robot, scene=scene, timestep=self.p_timestep)
-        ensure_object_priority(twin)
-        if not strike_bags:
-            raise _Fail(IR.MISSING_TOPICS, (
-                'object parameters declared but no strike probe bags (bags with tracked '
-                'object poses and a strike plan) among the inputs'))
-        self._feedback(goal_handle, 'fit objects', 0.8)
-        recs = [strike_recording_from_bag(b, robot.joint_names, name=f'strike_{i}')
-                for i, b in enumerate(strike_bags)]
-        self._apply_arm_values(twin, arm_twin, arm_specs, config)
-        arm_priors = {s.name: s.prior for s in arm_specs} if arm_fit is not None else None
-        try:
-            options = ObjectFitOptions.from_dict(config.object_fit)
-        except (TypeError, ValueError) as exc:
-            raise _Fail(IR.INVALID_BOUNDS, f'object fit options: {exc}') from None
-        try:
-            ofit, _ = final_object_fits(twin, specs, recs, options=options,
-                                        nthread=self.p_nthread, arm_priors=arm_priors)
-        except ValueError as exc:
-            raise _Fail(IR.MISSING_TOPICS, str(exc)) from None
-        for key, why in ofit.dropped.items():
-            self.get_logger().warning(f'strike {key} not used: {why}')
-        return ofit
 
     def _push_to_sim(self, msg: PhysicalParameterSet, object_names=()):
         """Arm and object parameters in two calls: a twin without the scene's objects still
@@ -743,18 +537,17 @@ class SystemIdentificationNode(Node):
         return res.bag_path
 
     def _excite(self, goal_handle, robot, n: int):
-        from ..core.sysid.probes import ProbeError, multisine_probe
+        from ..core.sysid.probes import ProbeError
+        from ..core.sysid.stage import arm_probes
         q = self._current(robot)
         center = np.asarray(self.p_center, float) if len(self.p_center) else q
         if center.shape != q.shape:
             raise _Fail(IR.EXECUTION_FAILED, f'probe_center has {center.size} values for '
                         f'{q.size} joints')
         try:
-            probes = [multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
-                                      robot.velocity_limits, duration=self.p_duration,
-                                      amplitude=self.p_amplitude,
-                                      velocity_fraction=self.p_vel_fraction, seed=s,
-                                      name=f'probe_{s}') for s in range(n)]
+            probes = arm_probes(robot, center, n, duration=self.p_duration,
+                                amplitude=self.p_amplitude,
+                                velocity_fraction=self.p_vel_fraction)
         except ProbeError as exc:
             raise _Fail(IR.EXECUTION_FAILED, f'cannot build probes: {exc}') from None
         if np.max(np.abs(center - q)) > 1e-3:
@@ -775,6 +568,40 @@ class SystemIdentificationNode(Node):
 
     def close(self):
         self._action.destroy()
+
+
+class _ExecutorStrikeCell:
+    """core/sysid/stage.StrikeCell over the executor action and the tracked_objects topic: one
+    bag per strike probe (executor recording + tracked poses + the plan)."""
+
+    def __init__(self, node: SystemIdentificationNode, goal_handle, robot):
+        self.node, self.goal_handle, self.robot = node, goal_handle, robot
+        self.bags: list[str] = []
+
+    def tracked_poses(self, ids):
+        return self.node._tracked_poses(ids)
+
+    def current_positions(self):
+        return self.node._current(self.robot)
+
+    def strike(self, plan, index: int, info: dict):
+        from rclpy.serialization import serialize_message as serialize_ros
+
+        from ..core.sysid.bags import strike_recording_from_bag, write_strike_bag
+        node = self.node
+        with node._lock:
+            node._tracked = []
+        p = plan.probe
+        t_send = node.get_clock().now().nanoseconds
+        bag = node._execute(self.goal_handle, self.robot, p.times, p.positions, p.velocities,
+                            True, p.name)
+        time.sleep(0.3)    # the last frames of the settle time
+        with node._lock:
+            tracked = [(t, serialize_ros(m)) for t, m in node._tracked if t >= t_send - 1e9]
+        out = write_strike_bag(bag, Path(bag).parent / 'strike_probe', tracked,
+                               {**info, 'tracked_topic': node.p_tracked_topic})
+        self.bags.append(out)
+        return strike_recording_from_bag(out, self.robot.joint_names, name=f'strike_{index}')
 
 
 def main(args=None):

@@ -8,11 +8,15 @@ reader, listed in the cell's ``truth_reads``) fails the cell with TruthLeak. Per
 
 1. reconstruction: depth views on an arc around the table -> core/reconstruction; errors of
    every object against the truth;
-2. identification: arm multisine probes (fitted + one held out) and strikes on the task's
-   object, all executed on the cell (at most 5 probe executions) -> one ParameterSet with 95%
-   intervals; errors and interval coverage against the truth;
-3. training, three policies: in the nominal twin (priors: no identification), in the
-   identified twin, and in the identified twin with domain randomisation over the intervals;
+2. identification: the system_identification node's stage (core/sysid/stage.py, with
+   config/identification.yaml and the cell's controller file for the servo gains): arm
+   multisine probes and strikes on the task's object, all executed on the cell (at most 5
+   probe executions, the last strike held out) -> one ParameterSet with 95% intervals in an
+   ``identify_NNN`` folder; errors and interval coverage against the truth;
+3. training, three policies, through the policy_trainer node's stage (core/policies/stage.py)
+   in twins built as the node builds them (core/training_setup.build_task_and_twin from the
+   reconstructed scene MJCF): the nominal twin (priors: no identification), the identified
+   twin, and the identified twin with domain randomisation over the intervals;
 4. evaluation: each policy on the cell (N trials) and in twins, the same episodes everywhere:
    its own training twin and the identified twin (the loop's best model of the cell; its
    prediction is what the correlation with cell success is computed on). On the cell the
@@ -39,12 +43,9 @@ import numpy as np
 SCHEMA = 'real2sim2real/evaluation/1'
 POLICIES = ('nominal', 'identified', 'identified_dr')
 OBSERVATIONS = ('tracker', 'truth')
-# Declared truth readers (not leaks, listed in every cell's truth_reads): what a lab knows.
-DECLARED_TRUTH_READERS = {
-    'real2sim2real_ros.core.evaluation.identification.known_gains':
-        'servo gains, the controller configuration a lab has (issue 14 Build 3: from a '
-        'controller config or identified)',
-}
+# Declared truth readers (not leaks, listed in every cell's truth_reads): none. The servo
+# gains come from the cell's controller configuration (core/controller_config.py), as a lab's.
+DECLARED_TRUTH_READERS: dict[str, str] = {}
 CLOSED_LOOP_SELECT_TRIALS = 30
 
 
@@ -66,6 +67,7 @@ class HarnessConfig:
     tracker_latency: float = 0.035   # s from a frame to its pose (the tracker's CPU per frame)
     strict_truth: bool = True        # a truth read outside scoring / emulation fails the cell
     compare_truth_observation: bool = False   # also each policy on the cell seeing the truth
+    nthread: int = 0                 # fit threads per cell; 0 = the cores a cell has (run())
 
     def __post_init__(self):
         if self.observation not in OBSERVATIONS:
@@ -86,10 +88,11 @@ class HarnessConfig:
 
 
 def _twin_name(cell_name: str, object_map: dict) -> str:
-    """Cell truth name ('geom/box_0/friction') -> twin name ('geom/object/<found>/friction')."""
+    """Cell truth name ('geom/box_0/friction') -> twin name ('geom/<found>/friction', as
+    config/identification.yaml's object templates name the reconstructed object)."""
     kind, el, fld = cell_name.split('/', 2) if cell_name.count('/') >= 2 else (None,) * 3
     if kind in ('geom', 'body') and el in object_map:
-        return f'{kind}/object/{object_map[el]}/{fld}'
+        return f'{kind}/{object_map[el]}/{fld}'
     return cell_name
 
 
@@ -128,21 +131,16 @@ def reconstruct_cell(world, cfg: HarnessConfig, out_dir: Path, robot=None) -> di
             '_by_truth': by_truth, '_found': found}
 
 
-def task_for(robot, cfg: HarnessConfig, size, table_height: float, object_id: str):
-    from ..tasks import get_task
-    return get_task(cfg.task, robot, {'object_id': object_id, 'object_size': tuple(size),
-                                      'table_height': table_height})
-
-
-def nominal_twin(robot, task_obj, table_height: float, start_values: dict):
-    """The twin before identification: reconstructed geometry, the priors (URDF / datasheet
-    values, object friction 0.5 and mass = volume x density from reconstruction)."""
-    from ..tasks.worlds import TaskTable, task_scene_xml
-    from ..twin import Twin
-    twin = Twin(robot, task_scene_xml(task_obj, TaskTable(height=table_height)))
-    twin.set_parameters({k: v for k, v in start_values.items()
-                         if k in set(twin.parameter_names())})
-    return twin
+def task_and_twin(robot, cfg: HarnessConfig, scene_path: str, object_id: str,
+                  start_values: dict, parameters=None):
+    """(task, twin, TwinInputs) as the policy_trainer node builds them
+    (core/training_setup.build_task_and_twin): the reconstructed scene MJCF (every object,
+    the task's object's geometry and the table height from it), the starting values (known
+    gains + priors), the identified ``parameters`` (None: the nominal twin)."""
+    from ..training_setup import build_task_and_twin, scene_info_from_mjcf
+    scene = scene_info_from_mjcf(scene_path, source='reconstruction (harness)')
+    return build_task_and_twin(robot, cfg.task, scene=scene, object_id=object_id,
+                               start_values=start_values, parameters=parameters)
 
 
 def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) -> dict:
@@ -150,12 +148,14 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     import torch
 
     from ..policies.evaluate import evaluate
-    from ..policies.pipeline import train_policy
+    from ..policies.stage import train_stage
     from ..robot_description import default_cell_urdf, load_robot
-    from ..tasks.worlds import CellWorld, TaskObject, TwinWorld
+    from ..tasks.worlds import CellWorld, TwinWorld
     from ..truth import TruthDoor
     from ..world import make_world
     torch.set_num_threads(1)
+    from ..controller_config import cell_controller_config
+    controller_config = cell_controller_config(spec)    # the lab's, for the spec's arm
     if cfg.robot_urdf:
         from ..tools import cell_spec_with_robot
         spec = cell_spec_with_robot(spec, cfg.robot_urdf)   # its ready pose as initial pose
@@ -183,7 +183,6 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                            f'{cfg.object_id!r} was reconstructed as a {found.shape}; the tasks '
                            f'act on boxes')
     object_map = {cfg.object_id: found.id}
-    size = tuple(float(x) for x in found.extents)
     table_h = recon['table_height']
 
     t = time.perf_counter()
@@ -191,7 +190,8 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     from .identification import identify_cell
     from .object_identification import offsets_in_twin_frame
     ident = identify_cell(world, robot, cfg, found, table_h, out_dir / 'identification',
-                          list(recon['_found'].values()), recon['mjcf_path'])
+                          list(recon['_found'].values()), recon['mjcf_path'],
+                          controller_config=str(controller_config))
     seconds['identify'] = time.perf_counter() - t
     ps = ident['parameters']
     param_rows = []
@@ -222,11 +222,12 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
             row['covered'] = bool(est.lower_95 - 1e-12 <= tv <= est.upper_95 + 1e-12)
         param_rows.append(row)
 
-    task_obj = TaskObject(found.id, size, mass=float(found.mass), friction=0.5)
-    task = task_for(robot, cfg, size, table_h, found.id)
-    twins = {'nominal': nominal_twin(robot, task_obj, table_h, ident['start_values'])}
-    twins['identified'] = nominal_twin(robot, task_obj, table_h, ident['start_values'])
-    twins['identified'].set_parameters(ps.values())
+    task, twin_n, inputs_n = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
+                                           ident['start_values'])
+    _, twin_i, inputs_i = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
+                                        ident['start_values'], ps)
+    twins = {'nominal': twin_n, 'identified': twin_i}
+    twin_inputs = {'nominal': inputs_n, 'identified': inputs_i}
     one_shot = bool(getattr(task, 'one_shot', False))
     observer = None
     if cfg.observation == 'tracker':
@@ -246,8 +247,12 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                                 closed_loop=not getattr(task, 'one_shot', False))
         if name == 'identified_dr':
             tcfg.randomization_min_relative = cfg.randomization_min_relative
-        res = train_policy(task, twin, ps if name == 'identified_dr' else None, tcfg,
-                           out_dir / 'checkpoints' / name)
+        trained = train_stage(task, twin, twin_inputs['nominal' if name == 'nominal'
+                                                      else 'identified'],
+                              out_dir / 'checkpoints' / name, tcfg, parameters=ps,
+                              randomize=name == 'identified_dr',
+                              inputs={'policy': name, 'cell': spec.name})
+        res = trained.result
         train_s = time.perf_counter() - t
         t = time.perf_counter()
         say(spec.name, f'evaluate {name}')
@@ -468,6 +473,10 @@ def run(specs, cfg: HarnessConfig, out_dir: str | Path, jobs: int = 1,
     from ..artifacts import atomic_write_text
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
+    if not cfg.nthread:     # the cores each cell has
+        import dataclasses
+        cfg = dataclasses.replace(cfg, nthread=max(1, (os.cpu_count() or 1)
+                                                   // max(1, min(jobs, len(specs)))))
     if jobs > 1 and len(specs) > 1:
         ctx = multiprocessing.get_context('spawn')
         with ctx.Manager() as manager:

@@ -1,12 +1,9 @@
-"""The harness's object identification: strike probes (core/sysid/object_probes) executed on the
+"""The harness's object observation for identification: strike probes executed on the
 in-process emulated cell, the objects observed through the depth tracker (core/object_tracking:
 the cell's camera renders with its depth noise, the camera pose with the spec's calibration
-error, the arm masked from its URDF), fitted with core/sysid/object_fit. The same cores the
-system_identification and object_tracker nodes run.
-
-Strikes are planned round by round from the tracked poses and the fit so far; the last probe
-is held out for the validation figures. The twin's scene is the reconstructed one (every
-object, so the planner keeps strikes clear of the others).
+error, the arm masked from its URDF at the measured joint states). The strike loop, its
+planning and the fits are the identification stage's (core/sysid/stage.py, the
+system_identification node's): evaluation/identification.py runs it with these.
 """
 from __future__ import annotations
 
@@ -15,12 +12,7 @@ import time
 import numpy as np
 
 from ..joint_trajectory import JointTrajectoryCommand
-from ..parameters import ParameterSpec
 from ..sysid.fit import Recording
-
-FRICTION_PRIOR = (0.5, 0.2, 1.0)      # prior, lower, upper
-MASS_BOUNDS = (0.02, 2.0)             # kg
-COM_BOUNDS = (-0.015, 0.015)          # m, lateral centre of mass offsets in the object's frame
 
 
 def offsets_in_twin_frame(spec, object_id: str, found_id: str,
@@ -33,8 +25,8 @@ def offsets_in_twin_frame(spec, object_id: str, found_id: str,
     d = obj.yaw - frame_yaw
     c, s = np.cos(d), np.sin(d)
     x, y = obj.com_offset[0], obj.com_offset[1]
-    return {f'body/object/{found_id}/com_offset_x': float(c * x - s * y),
-            f'body/object/{found_id}/com_offset_y': float(s * x + c * y)}
+    return {f'body/{found_id}/com_offset_x': float(c * x - s * y),
+            f'body/{found_id}/com_offset_y': float(s * x + c * y)}
 
 
 def tracked_models(objects) -> list:
@@ -123,94 +115,3 @@ def tracked_now(world, tracker: DepthTracker, frames: int = 3) -> dict:
                   float(np.arctan2(np.mean([np.sin(v[1]) for v in vs]),
                                    np.mean([np.cos(v[1]) for v in vs]))))
             for oid, vs in seen.items()}
-
-
-def identify_object(world, robot, cfg, found, table_height: float, arm_values: dict, out_dir,
-                    recon_objects=None, scene_path: str | None = None,
-                    arm_priors: dict | None = None) -> dict:
-    """Friction, mass and lateral centre of mass offsets of ``found`` (the task's object,
-    reconstructed) from strike probes.
-
-    Returns {'parameters': [ParameterEstimate, ...] (twin names 'geom/object/<id>/friction',
-    'body/object/<id>/mass', 'body/object/<id>/com_offset_x|y'), 'object_frame_yaw' (rad, the
-    twin object's frame, which its offsets are in), 'strikes': probe executions, figures...}."""
-    from ..sysid.object_fit import (
-        ensure_object_priority,
-        final_object_fits,
-        identify_objects,
-        object_frame_yaw,
-        strike_objects,
-        table_region,
-    )
-    from ..sysid.object_probes import plan_strike_probe
-    from ..twin import Twin
-    t_start = time.perf_counter()
-    objects = list(recon_objects or [found])
-    twin = Twin(robot, scene_path) if scene_path else None
-    if twin is None:
-        from ..tasks.worlds import TaskObject, TaskTable, task_scene_xml
-        twin = Twin(robot, task_scene_xml(TaskObject(found.id, tuple(found.extents),
-                                                     float(found.mass)),
-                                          TaskTable(height=table_height)))
-    twin.set_parameters({k: v for k, v in arm_values.items()
-                         if k in set(twin.parameter_names())})
-    ensure_object_priority(twin)
-    friction0 = {f'geom/object/{o.id}/friction': FRICTION_PRIOR[0] for o in objects
-                 if o.id in twin.object_ids}
-    twin.set_parameters(friction0)
-    models = tracked_models(o for o in objects if o.id in twin.object_ids)
-    tracker = DepthTracker(world, robot, models, table_height)   # calibration: the spec's seed
-    table = table_region(twin)
-    m0 = float(np.clip(found.mass, *MASS_BOUNDS))
-    specs = [ParameterSpec(f'geom/object/{found.id}/friction', *FRICTION_PRIOR),
-             ParameterSpec(f'body/object/{found.id}/mass', m0, *MASS_BOUNDS, unit='kg')]
-    specs += [ParameterSpec(f'body/object/{found.id}/com_offset_{a}', 0.0, *COM_BOUNDS,
-                            unit='m') for a in 'xy']
-    frame_yaw = object_frame_yaw(twin, found.id)
-    friction = {found.id: (FRICTION_PRIOR[1], FRICTION_PRIOR[0], FRICTION_PRIOR[2])}
-    strike_recs, previous = [], {}
-    from ..sysid.object_fit import StrikeRecording
-    world.reset()
-    world.step_for(0.3)
-    for r in range(cfg.object_strikes + 1):            # the last is held out
-        # The evaluator puts the box back where the cell spec has it before each strike (an
-        # operator would; the live node instead alternates headings so the box comes back).
-        world.reset_objects([cfg.object_id])
-        world.step_for(0.2)
-        poses = tracked_now(world, tracker)
-        objs = [o for o in strike_objects(twin, poses) if o.id == found.id]
-        if not objs:
-            raise RuntimeError(f'the tracker does not see {found.id!r} before strike {r}')
-        plan = plan_strike_probe(robot, objs, table,
-                                 world.controller_state()['reference_positions'], friction,
-                                 previous=previous, name=f'strike_{r}')
-        rec, tracks = execute(world, plan.probe, tracker)
-        strike_recs.append(StrikeRecording(rec, tracks, plan.strikes, f'strike_{r}'))
-        for s in plan.strikes:
-            previous[s.object_id] = s.heading
-        if r < cfg.object_strikes:
-            fit = identify_objects(twin, specs, strike_recs, nthread=1)
-            e = fit.parameters[specs[0].name]
-            friction[found.id] = (e.lower_95 if e.identified else FRICTION_PRIOR[1], e.value,
-                                  e.upper_95 if e.identified else FRICTION_PRIOR[2])
-    # The objects' true values in the twin's names and frame: the held-out floor.
-    with world.truth.scoring():
-        truth = world.hidden_truth()
-        reference = {specs[0].name: truth[f'geom/{cfg.object_id}/friction'],
-                     specs[1].name: truth[f'body/{cfg.object_id}/mass'],
-                     **offsets_in_twin_frame(world.spec, cfg.object_id, found.id, frame_yaw)}
-    fit, _ = final_object_fits(twin, specs, strike_recs, nthread=1, arm_priors=arm_priors,
-                               reference=reference)
-    return {'parameters': [fit.parameters[s.name] for s in specs],
-            'object_frame_yaw': frame_yaw,
-            'strikes': len(strike_recs),
-            'object_heldout_error_before': fit.heldout_error_before,
-            'object_heldout_error_after': fit.heldout_error_after,
-            'object_heldout_error_true_parameters': fit.heldout_error_reference,
-            'object_heldout_along_before': fit.heldout_along_before,
-            'object_heldout_along_after': fit.heldout_along_after,
-            'arm_heldout_joint_error_before': getattr(fit, 'heldout_joint_before', None),
-            'arm_heldout_joint_error_after': getattr(fit, 'heldout_joint_after', None),
-            'tracker_frames': tracker.frames,
-            'tracker_cpu_ms_per_frame': 1e3 * tracker.cpu / max(tracker.frames, 1),
-            'object_wall_s': time.perf_counter() - t_start}

@@ -2,6 +2,7 @@
 
 Format (config/identification.yaml)::
 
+    controller_config: controllers/default_arm.yaml        # servo gains (ros2_control YAML)
     known: {actuator/elbow_joint/kp: 2000.0, ...}          # fixed, not identified
     parameters: [{name, prior, lower, upper[, unit, scale]}, ...]
     objects:                                                # optional: object identification
@@ -13,6 +14,10 @@ Format (config/identification.yaml)::
 Object parameter templates name ``{id}``, the id of each object of the twin's scene (boxes and
 cylinders); ``prior: scene`` takes the scene's value (the reconstructed mass), clipped into
 the bounds.
+
+``controller_config`` (relative to the config file; core/controller_config.py) gives the
+servo gains, ``actuator/<joint>/kp|kv``, as known values; ``known`` entries override them. A
+caller may name another controller file (the lab's, e.g. the evaluation harness's per cell).
 
 A parameter-set file written by identification (``parameters: [{name, value, lower_95, ...}]``)
 is read by :func:`load_parameter_values` too, so sim_server starts from either.
@@ -37,10 +42,11 @@ __all__ = ['IdentificationConfig', 'load_identification_config', 'load_parameter
 
 class IdentificationConfig:
     def __init__(self, specs: list[ParameterSpec], known: dict[str, float], source: str = '',
-                 objects: dict | None = None):
+                 objects: dict | None = None, controller_config: str = ''):
         self.specs = specs
         self.known = known
         self.source = source
+        self.controller_config = controller_config
         objects = objects or {}
         self.object_templates: list[dict] = list(objects.get('parameters') or [])
         self.strike_probes = int(objects.get('strike_probes', 3))
@@ -105,11 +111,25 @@ def _read(path) -> dict:
     return data
 
 
-def _known(data: dict, path) -> dict[str, float]:
+def _controller_path(data: dict, path, controller_config=None) -> str:
+    if controller_config:
+        return str(Path(controller_config).expanduser())
+    ref = data.get('controller_config')
+    if not ref:
+        return ''
+    if not isinstance(ref, str):
+        raise ParameterError(f'{path}: controller_config must be a file path')
+    p = Path(ref).expanduser()
+    return str(p if p.is_absolute() else Path(path).parent / p)
+
+
+def _known(data: dict, path, controller_config=None) -> dict[str, float]:
+    from ..controller_config import load_servo_gains
     known = data.get('known') or {}
     if not isinstance(known, dict):
         raise ParameterError(f'{path}: known must map parameter names to values')
-    out = {}
+    ctrl = _controller_path(data, path, controller_config)
+    out = load_servo_gains(ctrl) if ctrl else {}
     for name, value in known.items():
         split_name(name)
         try:
@@ -121,8 +141,9 @@ def _known(data: dict, path) -> dict[str, float]:
     return out
 
 
-def load_identification_config(path) -> IdentificationConfig:
-    """Raises ParameterError (InvalidBoundsError, UnknownParameterError for bad names)."""
+def load_identification_config(path, controller_config=None) -> IdentificationConfig:
+    """``controller_config``: a controller YAML instead of the file's own. Raises
+    ParameterError (InvalidBoundsError, UnknownParameterError for bad names)."""
     data = _read(path)
     objects = data.get('objects') or {}
     if not isinstance(objects, dict):
@@ -140,7 +161,8 @@ def load_identification_config(path) -> IdentificationConfig:
             probe['prior'] = probe.get('lower')
         ParameterSpec.from_dict(probe)       # validates bounds and fields now
     return IdentificationConfig(load_parameter_specs(data.get('parameters') or []),
-                                _known(data, path), str(path), objects)
+                                _known(data, path, controller_config), str(path), objects,
+                                _controller_path(data, path, controller_config))
 
 
 def load_parameter_values(path) -> dict[str, float]:

@@ -1,0 +1,120 @@
+"""The identify stage's time per sub-stage (``python -m real2sim2real_ros.bench identify``).
+
+Harness: the evaluation harness's identification of one cell (default: config/cells/
+default.yaml) as ``r2s2r evaluate`` runs it: reconstruction first (its scene is the stage's),
+then core/sysid/stage.py through evaluation/identification.identify_cell with the harness's
+probes (2 x 8 s arm + 3 strikes), fit threads = the machine's cores. Printed: wall seconds
+per sub-stage (probes = simulated motion, fits, twin builds, reports), the arm parameters
+within 10% of the cell's truth and the 95% intervals covering it (the bench is the
+evaluator), the held-out figures.
+
+Live: the profile the system_identification node wrote into its newest ``identify_NNN``
+manifest under ``--live-run-dir`` (e.g. a ``make demo`` run directory; the demo prints it
+too), where the probes are the arm's real-time motion through the executor.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+ARM_KINDS = ('joint/', 'global/')
+
+
+def harness(cell_spec=None, nthread: int = 0) -> dict:
+    import os
+
+    from ..core.cell_spec import default_cell_spec_path, load_cell_spec
+    from ..core.controller_config import cell_controller_config
+    from ..core.evaluation.harness import HarnessConfig, reconstruct_cell
+    from ..core.evaluation.identification import identify_cell
+    from ..core.robot_description import default_cell_urdf, load_robot
+    from ..core.truth import TruthDoor
+    from ..core.world import make_world
+    spec = load_cell_spec(cell_spec or default_cell_spec_path())
+    cfg = HarnessConfig(nthread=nthread or os.cpu_count() or 1)
+    door = TruthDoor(strict=True)
+    world = make_world(spec, None, truth=door)
+    robot = load_robot(spec.urdf_path() or default_cell_urdf())
+    out = Path(tempfile.mkdtemp(prefix='r2s2r_identify_bench_'))
+    try:
+        t = time.perf_counter()
+        recon = reconstruct_cell(world, cfg, out / 'reconstruction', robot)
+        recon_s = time.perf_counter() - t
+        found = recon['_found'][recon['_by_truth'][cfg.object_id].found_id]
+        ident = identify_cell(world, robot, cfg, found, recon['table_height'],
+                              out / 'identification', list(recon['_found'].values()),
+                              recon['mjcf_path'],
+                              controller_config=str(cell_controller_config(spec)))
+        with door.scoring():
+            truth = world.hidden_truth(list(world.joint_names))
+    finally:
+        world.close()
+    arm = [e for e in ident['parameters'] if e.name.startswith(ARM_KINDS)
+           and truth.get(e.name)]
+    within = sum(abs(e.value - truth[e.name]) <= 0.10 * abs(truth[e.name]) for e in arm)
+    covered = sum(e.lower_95 <= truth[e.name] <= e.upper_95 for e in arm)
+    return {'setting': 'harness', 'cell': spec.name, 'nthread': cfg.nthread,
+            'reconstruct_s': recon_s, 'wall_s': ident['wall_s'],
+            'profile': ident['profile'], 'arm_within_10': within, 'arm_covered': covered,
+            'arm_n': len(arm), 'arm_fit_method': ident['arm_fit_method'],
+            'object_heldout_before_m': ident['object_heldout_error_before'],
+            'object_heldout_after_m': ident['object_heldout_error_after'],
+            'stage_folder': ident['stage_folder']}
+
+
+def live(run_dir) -> dict | None:
+    """The newest identify_NNN manifest's profile under ``run_dir`` (None: none there)."""
+    done = sorted(Path(run_dir).expanduser().glob('identify_*/manifest.json'))
+    if not done:
+        return None
+    m = json.loads(done[-1].read_text())
+    res = m.get('results', {})
+    return {'setting': 'live', 'manifest': str(done[-1]), 'profile': res.get('profile'),
+            'wall_s': (m.get('finished', 0) - m.get('started', 0)) or None,
+            'nthread': m.get('parameters', {}).get('nthread')}
+
+
+def print_profiles(rows, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = console or Console()
+    rows = [r for r in rows if r and r.get('profile')]
+    if not rows:
+        return
+    t = Table(title='identify stage: wall seconds per sub-stage (count)')
+    t.add_column('sub-stage')
+    for r in rows:
+        t.add_column(f"{r['setting']} (nthread {r.get('nthread')})")
+    names = []
+    for r in rows:
+        names += [k for k in r['profile']['seconds'] if k not in names]
+    for k in names:
+        t.add_row(k, *[(f"{r['profile']['seconds'][k]:.1f} "
+                        f"({r['profile']['counts'].get(k, 1)})")
+                       if k in r['profile']['seconds'] else '-' for r in rows])
+    t.add_row('stage wall', *[f"{r['wall_s']:.1f}" if r.get('wall_s') else '-' for r in rows])
+    console.print(t)
+    for r in rows:
+        if r['setting'] == 'harness':
+            console.print(f"harness, {r['cell']} cell: arm parameters within 10% "
+                          f"{r['arm_within_10']}/{r['arm_n']}, 95% covers truth "
+                          f"{r['arm_covered']}/{r['arm_n']} ({r['arm_fit_method']}); object "
+                          f"held-out {1e3 * r['object_heldout_before_m']:.1f} -> "
+                          f"{1e3 * r['object_heldout_after_m']:.1f} mm")
+
+
+def main(argv=()) -> list:
+    import argparse
+    p = argparse.ArgumentParser(prog='python -m real2sim2real_ros.bench identify')
+    p.add_argument('--cell-spec', default=None)
+    p.add_argument('--nthread', type=int, default=0, help='fit threads (0: every core)')
+    p.add_argument('--live-run-dir', default='',
+                   help="a run directory with the node's identify_NNN (e.g. make demo's)")
+    args = p.parse_args(list(argv))
+    rows = [harness(args.cell_spec, args.nthread)]
+    if args.live_run_dir:
+        rows.append(live(args.live_run_dir))
+    print_profiles(rows)
+    return rows

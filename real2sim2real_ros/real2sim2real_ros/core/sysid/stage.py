@@ -1,0 +1,407 @@
+"""The identification stage, ROS-free: probes -> fits -> ``identify_NNN/`` folder.
+
+One code path for the system_identification node (probes through the executor action, bags),
+the evaluation harness (probes on an in-process emulated cell) and offline bags:
+
+* :func:`arm_probes`: the multisine arm probes about a centre (core/sysid/probes.py);
+* :func:`object_setup`: the scene's twin and the object parameters the identification config
+  declares for its boxes and cylinders (``objects:``);
+* :func:`run_strikes`: strike probes on a :class:`StrikeCell` (what executes a strike and
+  reports tracked poses: the node's executor + tracker topic, the harness's emulated cell +
+  depth tracker), each planned from the tracked poses and the object fit of the strikes
+  before it;
+* :func:`fit_and_write`: the arm fit (core/sysid/fit.identify) and the objects' fit on a
+  fresh scene twin with the arm's estimates (core/sysid/object_fit.final_object_fits), then
+  ``<run_dir>/identify_NNN/`` (parameters.yaml, report.png, objects.png, manifest.json with
+  the per-sub-stage wall times: probes, arm fit, object fits, twin builds, report).
+
+The servo gains are the identification config's ``known`` values: the lab's controller
+configuration (core/controller_config.py), never read from a cell.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..parameters import InvalidBoundsError, ParameterSet
+from .bags import MissingTopicsError
+
+STAGE = 'identify'
+
+__all__ = ['FitSettings', 'ProbeExecutionError', 'StageOutput', 'StageTimer', 'StrikeCell',
+           'arm_probes', 'arm_twin', 'arm_values', 'fit_and_write', 'object_setup', 'run_strikes']
+
+
+class ProbeExecutionError(RuntimeError):
+    """A probe could not be run or its object left the table / the camera's view."""
+
+
+@dataclass
+class FitSettings:
+    """How the fits run (the node's parameters; the harness's per cell)."""
+    nthread: int = 2
+    max_iter: int = 30
+    restarts: int = 3
+    method: str = 'auto'
+    timestep: float = 0.001
+
+
+class StageTimer:
+    """Wall seconds per sub-stage (summed over repeats) and how often each ran."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def to_dict(self) -> dict:
+        return {'seconds': {k: round(v, 4) for k, v in self.seconds.items()},
+                'counts': dict(self.counts)}
+
+
+def _twin(robot, timer: StageTimer | None, **kw):
+    from ..twin import Twin
+    with (timer or StageTimer())('twin_builds'):
+        return Twin(robot, **kw)
+
+
+# ------------------------------------------------------------------------ arm
+def arm_probes(robot, center, n: int, *, duration: float, amplitude: float,
+               velocity_fraction: float) -> list:
+    """``n`` multisine probes (seeds 0..n-1) about ``center``; ProbeError when impossible."""
+    from .probes import multisine_probe
+    return [multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
+                            robot.velocity_limits, duration=duration, amplitude=amplitude,
+                            velocity_fraction=velocity_fraction, seed=s, name=f'probe_{s}')
+            for s in range(n)]
+
+
+def arm_twin(robot, config, arm_specs, settings: FitSettings | None = None,
+             timer: StageTimer | None = None):
+    """The arm's twin with the known (controller) values; validates the names of the known
+    values and of ``arm_specs`` before any probe moves the arm (UnknownParameterError)."""
+    settings = settings or FitSettings()
+    twin = _twin(robot, timer, timestep=settings.timestep)
+    try:
+        twin.validate_names(list(config.known) + [s.name for s in arm_specs])
+        twin.set_parameters(config.known)
+    except BaseException:
+        twin.close()
+        raise
+    return twin
+
+
+def arm_values(config, arm_specs=(), fit=None, last: dict | None = None) -> dict:
+    """What the arm is in an object twin: the known controller values, the declared priors,
+    the last identification's estimates (``last``), this one's (``fit``)."""
+    values = dict(config.known)
+    values.update({s.name: s.prior for s in config.specs})
+    values.update(last or {})
+    if fit is not None and arm_specs:
+        values.update(fit.parameters.values())
+    return values
+
+
+def _set_known(twin, values: dict) -> None:
+    names = set(twin.parameter_names())
+    twin.set_parameters({k: v for k, v in values.items() if k in names or _has(twin, k)})
+
+
+def _has(twin, name) -> bool:
+    try:
+        twin.validate_names([name])
+        return True
+    except Exception:  # noqa: BLE001 - an element this twin lacks
+        return False
+
+
+# ------------------------------------------------------------------------ objects
+def object_setup(robot, config, scene: str, *, timestep: float = 0.001, object_ids=None,
+                 timer: StageTimer | None = None):
+    """(twin of the scene, object specs, note why none). ``object_ids``: only these objects
+    (default: every box and cylinder of the scene). TwinError for an unusable scene."""
+    from .object_fit import ensure_object_priority, strike_objects
+    if not config.object_templates:
+        return None, [], ''
+    if not scene:
+        return None, [], ('no scene (parameter scene_file or the latched scene topic of '
+                          'scene_reconstruction): objects not identified')
+    twin = _twin(robot, timer, scene=scene, timestep=timestep)
+    ensure_object_priority(twin)
+    ids = [o.id for o in strike_objects(twin, {i: ((0, 0, 0), 0.0) for i in twin.object_ids})]
+    if object_ids is not None:
+        ids = [i for i in ids if i in set(object_ids)]
+    if not ids:
+        return twin, [], f'scene {scene} has no box or cylinder object to identify'
+    return twin, config.object_specs(ids, twin.get_parameter), ''
+
+
+class StrikeCell(Protocol):
+    """What runs strike probes: executes, records, reports tracked poses."""
+
+    def tracked_poses(self, ids) -> dict:
+        """{id: (xyz, yaw)} of the objects ``ids`` seen now (at rest)."""
+
+    def current_positions(self) -> np.ndarray:
+        """The arm's measured joint positions."""
+
+    def strike(self, plan, index: int, info: dict):
+        """Execute ``plan.probe``; the StrikeRecording (joint states + tracked poses)."""
+
+
+def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
+                settings: FitSettings, values: dict, progress=None, log=None,
+                timer: StageTimer | None = None, before_strike=None, scene: str = '') -> list:
+    """``n`` strike probes on ``cell`` (each strikes every object of ``specs`` once), planned
+    from the tracked poses; the friction range of each plan from the fit of the strikes
+    before it. Returns the StrikeRecordings. MissingTopicsError (no object tracked),
+    ProbeExecutionError (an object lost or off the table, no strike possible),
+    InvalidBoundsError (unusable strike / fit options)."""
+    from .object_fit import ObjectFitOptions, identify_objects, strike_objects, table_region
+    from .object_probes import StrikeConfig, plan_strike_probe
+    from .probes import ProbeError
+    timer = timer or StageTimer()
+    log = log or (lambda _m: None)
+    try:
+        scfg = StrikeConfig.from_dict(config.strike)
+        options = ObjectFitOptions.from_dict(config.object_fit)
+        table = table_region(twin)
+    except (TypeError, ValueError) as exc:
+        raise InvalidBoundsError(f'object identification config: {exc}') from None
+    ids = sorted({s.name.split('/')[1] for s in specs})
+    priors = {oid: (0.2, 0.5, 1.0) for oid in ids}
+    for s in specs:
+        if s.name.endswith('/friction'):
+            priors[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
+    friction = dict(priors)
+    _set_known(twin, values)
+    recs, previous, seen = [], {}, {}
+    for r in range(n):
+        if progress is not None:
+            progress(f'strike {r + 1}/{n}', 0.5 + 0.3 * r / max(n, 1))
+        if before_strike is not None:
+            before_strike(r)
+        with timer('tracked_poses'):
+            poses = {k: v for k, v in cell.tracked_poses(ids).items() if k in ids}
+        for oid, (xyz, _) in seen.items():
+            if oid not in poses:
+                raise ProbeExecutionError(
+                    f'object {oid!r} is lost: no tracked pose after strike probe {r} (last '
+                    f'seen at {np.round(xyz, 3).tolist()}; off the table or out of view). '
+                    f'Put it back and run identify again')
+            if poses[oid][0][2] < table.height - 0.02 or not table.inside(
+                    poses[oid][0][:2], 0.0)[0]:
+                raise ProbeExecutionError(f'object {oid!r} is off the table at '
+                                          f'{np.round(poses[oid][0], 3).tolist()} after '
+                                          f'strike probe {r}')
+        seen.update(poses)
+        objs = strike_objects(twin, poses)
+        if not objs:
+            raise MissingTopicsError(f'the tracker does not see {ids} before strike {r} (it '
+                                     f'reports {sorted(poses)})')
+        with timer('strike_planning'):
+            try:
+                plan = plan_strike_probe(robot, objs, table, cell.current_positions(),
+                                         friction, scfg, previous=previous, name=f'strike_{r}')
+            except ProbeError as exc:
+                if r == 0:
+                    raise ProbeExecutionError(f'no strike probe: {exc}') from None
+                log(f'strike probe {r}: {exc}; stopping strikes')
+                break
+        for oid, why in plan.skipped.items():
+            log(f'strike probe {r}: {oid} not struck: {why}')
+        info = {'strikes': [s.to_dict() for s in plan.strikes], 'scene': scene,
+                'skipped': plan.skipped, 'round': r, 'strike_config': vars(scfg)}
+        with timer('strike_probes'):
+            recs.append(cell.strike(plan, r, info))
+        for s in plan.strikes:
+            previous[s.object_id] = s.heading
+        if r < n - 1:
+            if progress is not None:
+                progress(f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
+            with timer('object_fit_intermediate'):
+                try:
+                    f = identify_objects(twin, specs, recs, options=options,
+                                         nthread=settings.nthread)
+                except ValueError as exc:
+                    log(f'intermediate object fit: {exc}')
+                    continue
+            for s in specs:
+                if s.name.endswith('/friction'):
+                    oid = s.name.split('/')[1]
+                    e = f.parameters[s.name]
+                    lo, _, hi = priors[oid]
+                    friction[oid] = ((e.lower_95, e.value, e.upper_95) if e.identified
+                                     else (lo, e.value, hi))
+    return recs
+
+
+def fit_objects(robot, scene: str, specs, config, recs, *, settings: FitSettings,
+                values: dict, arm_priors=None, reference=None, timer=None, progress=None):
+    """The objects' final fit (and its held-out validation) on a fresh twin of the scene:
+    live and offline fits then start from the same state (a twin that ran the intermediate
+    fits differs in its last bits, which contact outcomes amplify)."""
+    from .object_fit import ObjectFitOptions, ensure_object_priority, final_object_fits
+    timer = timer or StageTimer()
+    if not recs:
+        raise MissingTopicsError('object parameters declared but no strike probe recordings '
+                                 '(tracked object poses and a strike plan) among the inputs')
+    try:
+        options = ObjectFitOptions.from_dict(config.object_fit)
+    except (TypeError, ValueError) as exc:
+        raise InvalidBoundsError(f'object fit options: {exc}') from None
+    twin = _twin(robot, timer, scene=scene, timestep=settings.timestep)
+    try:
+        ensure_object_priority(twin)
+        _set_known(twin, values)
+        with timer('object_fit'):
+            try:
+                ofit, _ = final_object_fits(twin, specs, recs, options=options,
+                                            nthread=settings.nthread, arm_priors=arm_priors,
+                                            reference=reference, progress=progress)
+            except ValueError as exc:
+                raise MissingTopicsError(str(exc)) from None
+    finally:
+        twin.close()
+    return ofit
+
+
+# ------------------------------------------------------------------------ the stage
+@dataclass
+class StageOutput:
+    folder: Path
+    manifest_path: Path
+    estimates: ParameterSet
+    fit: object = None             # core/sysid/fit.FitResult (arm) or None
+    object_fit: object = None      # core/sysid/object_fit.ObjectFitResult or None
+    report_path: str = ''
+    heldout_arm: bool = False      # the arm scored on its own held-out probe
+    timings: dict = field(default_factory=dict)
+
+
+def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str = '',
+                  arm_recs=(), strike_recs=(), settings: FitSettings | None = None,
+                  inputs: dict | None = None, parameters: dict | None = None,
+                  last_arm_values: dict | None = None, reference: dict | None = None,
+                  timer: StageTimer | None = None, progress=None, log=None,
+                  twin=None) -> StageOutput:
+    """Fit the arm on ``arm_recs`` (the last held out unless strikes score it), the objects
+    on ``strike_recs``; write ``run_dir/identify_NNN``. ``reference``: the objects' true
+    values (an evaluator's, for the held-out floor only). ``progress(stage, fraction,
+    residual)``. ``twin``: the arm's (:func:`arm_twin`, built here when None); closed here."""
+    from .fit import identify
+    from .report import write_object_report, write_report
+    settings = settings or FitSettings()
+    timer = timer or StageTimer()
+    log = log or (lambda _m: None)
+    say = progress or (lambda *_a: None)
+    t0 = time.perf_counter()
+    fit, heldout, fit_recs = None, [], list(arm_recs)
+    try:
+        if arm_specs:
+            if not arm_recs:
+                raise MissingTopicsError('the arm parameters need arm probe recordings (joint '
+                                         'states + commanded trajectory); only strike probes '
+                                         'were given')
+            if twin is None:
+                twin = arm_twin(robot, config, arm_specs, settings, timer)
+            # With strike probes the arm is scored on them (held out from its fit); without,
+            # the last arm probe is held out.
+            recs = list(arm_recs)
+            if len(recs) > 1 and not (object_specs and strike_recs):
+                fit_recs, heldout = recs[:-1], recs[-1:]
+            say('fit', 0.0, float('nan'))
+            with timer('arm_fit'):
+                fit = identify(twin, list(arm_specs), fit_recs, heldout=heldout,
+                               nthread=settings.nthread, max_iter=settings.max_iter,
+                               restarts=settings.restarts, method=settings.method,
+                               progress=lambda _s, p, r: say('fit', p, r))
+            for w in fit.warnings:   # degenerate / contaminated fit: never silently used
+                log(f'arm fit ({fit.method}): {w}')
+        ofit = None
+        if object_specs:
+            say('fit objects', 0.8, float('nan'))
+            values = arm_values(config, arm_specs, fit, last_arm_values)
+            arm_priors = {s.name: s.prior for s in arm_specs} if fit is not None else None
+            ofit = fit_objects(robot, scene, object_specs, config, list(strike_recs),
+                               settings=settings, values=values, arm_priors=arm_priors,
+                               reference=reference, timer=timer)
+            for key, why in ofit.dropped.items():
+                log(f'strike {key} not used: {why}')
+        say('report', 0.95, fit.residual_after if fit else ofit.residual_after)
+        out = _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, twin,
+                     heldout or fit_recs, settings, inputs, parameters, timer, t0,
+                     write_report, write_object_report)
+    finally:
+        if twin is not None:
+            twin.close()
+    out.heldout_arm = bool(heldout)
+    return out
+
+
+def _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, twin, shown, settings,
+           inputs, parameters, timer, t0, write_report, write_object_report) -> StageOutput:
+    from ..artifacts import RunDirectory
+    stage = RunDirectory(run_dir).new_stage(STAGE, inputs=dict(inputs or {}), parameters={
+        **(parameters or {}), 'identification_config': config.source,
+        'controller_config': config.controller_config, 'known': config.known,
+        'declared': [vars(s) for s in list(arm_specs) + list(object_specs)],
+        'timestep': settings.timestep, 'nthread': settings.nthread,
+        'max_iter': settings.max_iter, 'fit_restarts': settings.restarts,
+        'fit_method': settings.method, 'strike': config.strike,
+        'object_fit': config.object_fit})
+    estimates = ParameterSet()
+    for part in (fit.parameters if fit else [], ofit.parameters if ofit else []):
+        for e in part:
+            estimates.add(e)
+    stage.add_output('parameters', estimates.save(stage.folder / 'parameters.yaml'))
+    report = ''
+    with timer('report'):
+        if fit is not None:
+            report = write_report(stage.folder / 'report.png', twin, fit, shown[-1],
+                                  {s.name: s.prior for s in arm_specs})
+            stage.add_output('report', report)
+        if ofit is not None:
+            oreport = write_object_report(stage.folder / 'objects.png', ofit)
+            stage.add_output('object_report', oreport)
+            report = report or oreport
+    stage.results = {'estimates': estimates.to_dict()['parameters']}
+    if fit is not None:
+        stage.results.update({
+            'residual_before': fit.residual_before, 'residual_after': fit.residual_after,
+            'heldout_error_before': fit.heldout_error_before,
+            'heldout_error_after': fit.heldout_error_after, 'fit_wall_s': fit.wall_time,
+            'rollouts': fit.n_rollouts, 'method': fit.method,
+            'iterations': fit.iterations, 'warnings': fit.warnings,
+            'diagnostics': fit.diagnostics})
+    if ofit is not None:
+        stage.results['objects'] = {
+            'residual_before': ofit.residual_before, 'residual_after': ofit.residual_after,
+            'heldout_error_before_m': ofit.heldout_error_before,
+            'heldout_error_after_m': ofit.heldout_error_after,
+            'heldout_along_before_m': ofit.heldout_along_before,
+            'heldout_along_after_m': ofit.heldout_along_after,
+            'heldout_joint_before': ofit.heldout_joint_before,
+            'heldout_joint_after': ofit.heldout_joint_after,
+            'fit_wall_s': ofit.wall_time, 'rollouts': ofit.n_rollouts,
+            'tracker_noise_m': ofit.tracker_noise, 'dropped': ofit.dropped,
+            'unstruck': ofit.unstruck, 'per_object': ofit.per_object}
+    timings = timer.to_dict()
+    timings['seconds']['fit_and_write'] = round(time.perf_counter() - t0, 4)
+    stage.results['profile'] = timings
+    manifest = stage.finish()
+    return StageOutput(stage.folder, manifest, estimates, fit, ofit, str(report),
+                       timings=timings)
