@@ -49,7 +49,7 @@ def record_probe(world, probe, period: float = 0.002, settle: float = 0.3) -> Re
 
 def known_gains(world) -> dict[str, float]:
     """The servo gains of the cell's controller: configuration the lab knows (the
-    identification config's ``known`` section holds the default arm's)."""
+    identification config's controller file holds the default arm's)."""
     n = len(world.joint_names)
     kp, kv = world.spec.robot.per_joint('kp', n), world.spec.robot.per_joint('kv', n)
     out = {f'actuator/{j}/kp': float(k) for j, k in zip(world.joint_names, kp)}
@@ -59,8 +59,8 @@ def known_gains(world) -> dict[str, float]:
 
 def identify_arm(world, robot, cfg, out_dir: Path):
     from ..twin import Twin
-    conf = load_identification_config(identification_config_path())
-    conf.known.update(known_gains(world))
+    conf = load_identification_config(identification_config_path(), robot)
+    conf.known.update(known_gains(world))   # this cell's controller: its joints, its gains
     world.reset()
     center = world.joint_positions()
     probes = [multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
