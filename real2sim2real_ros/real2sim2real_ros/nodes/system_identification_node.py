@@ -290,7 +290,6 @@ class SystemIdentificationNode(Node):
         from ..core.sysid.fit import identify
         from ..core.twin import Twin
         goal = goal_handle.request
-        config = load_identification_config(self.p_parameters_file)
         # A goal sent right after bringup may arrive before the latched robot_description:
         # give it a few seconds rather than failing at once.
         deadline = time.monotonic() + 10.0
@@ -302,6 +301,8 @@ class SystemIdentificationNode(Node):
             time.sleep(0.1)
         if robot is None:
             raise _Fail(IR.EXECUTION_FAILED, f'no robot model: {self._robot_error}')
+        # Joint templates and controller gains expanded for this robot's arm joints.
+        config = load_identification_config(self.p_parameters_file, robot)
         bags = list(goal.bag_paths)
         strike_given = [b for b in bags if is_strike_bag(b)]
         scene_path, obj_twin, object_specs, object_note = self._object_twin(

@@ -63,18 +63,22 @@ class ToolDownIK:
     def tip_position(self, q) -> np.ndarray:
         return self.fk(q)[0]
 
-    def solve(self, target, q_seed=None, tol: float = 1e-4, max_iter: int = 100,
+    def solve(self, target, q_seed=None, tol: float = 1e-4, max_iter: int | None = None,
               null_gain: float = 0.2) -> np.ndarray:
         """Joint positions putting the tip at ``target`` (m) with the tool pointing down.
 
         On a redundant arm (more than 6 arm joints) the null space of the task pulls the
         joints towards the ready pose (``null_gain`` per iteration) and every iterate stays
-        within the joint limits, so the arm keeps its elbow where the ready pose has it."""
+        within the joint limits, so the arm keeps its elbow where the ready pose has it (where
+        that pull stalls short of the target, near a singularity, the plain damped least
+        squares from the same seed is used)."""
         target = np.asarray(target, float)
         q = (self.q_ready if q_seed is None else np.asarray(q_seed, float)).copy()
         m, d = self.model, self.data
         jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
         redundant = len(q) > 6
+        if max_iter is None:
+            max_iter = 300 if redundant else 100
         lo, hi = self.robot.lower, self.robot.upper
         err = np.inf
         for _ in range(max_iter):
@@ -88,7 +92,7 @@ class ToolDownIK:
             mujoco.mju_quat2Vel(e_rot, quat, 1.0)
             e = np.concatenate([e_pos, e_rot])
             err = float(np.linalg.norm(e_pos)) + 0.1 * float(np.linalg.norm(e_rot))
-            if err < tol:
+            if err < tol and not redundant:
                 break
             mujoco.mj_jacBody(m, d, jacp, jacr, self._tip)
             J = np.vstack([jacp, jacr])[:, self._dadr]
@@ -96,10 +100,16 @@ class ToolDownIK:
             dq = J_pinv @ e
             if redundant:   # exact null-space projector: the pull leaves the tip alone
                 null = np.eye(len(q)) - np.linalg.pinv(J, rcond=1e-4) @ J
-                dq += null @ (null_gain * (self.q_ready - q))
-                q = np.clip(q + dq, lo, hi)
+                pull = null @ (null_gain * (self.q_ready - q))
+                if err < tol and np.abs(pull).max() < 1e-4:   # on target, self-motion done
+                    break
+                q = np.clip(q + dq + pull, lo, hi)
             else:
                 q = q + dq
+        if err > 10 * tol and redundant and null_gain > 0:
+            # Near a singularity the pull and the damped task step can balance short of the
+            # target: then the plain damped least squares from the same seed decides.
+            return self.solve(target, q_seed, tol, max_iter, null_gain=0.0)
         if err > 10 * tol:
             raise IKError(f'IK did not reach tip target {np.round(target, 4).tolist()} '
                           f'(residual {err:.4f})')
@@ -264,7 +274,7 @@ def reach_report(robot: RobotDescription, ik: ToolDownIK | None = None) -> str:
     y1 = float(np.abs(ws[:, 1]).max())
     z0, z1 = float(ws[:, 2].min()), float(ws[:, 2].max())
     need = float(np.linalg.norm(ws, axis=1).max())
-    xs = np.arange(0.05, 1.5, 0.025)
+    xs = np.arange(0.05, 1.5, 0.05)
     spans = {z: _tool_down_span(ik, z, xs) for z in (z0, z1)}
     head = (f'the tasks need the tool tip pointing down over x {x0:.2f}..{x1:.2f} m, '
             f'y +-{y1:.2f} m, z {z0:.3f}..{z1:.2f} m of the robot base (up to {need:.2f} m '
