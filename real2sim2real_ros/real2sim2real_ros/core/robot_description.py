@@ -466,20 +466,21 @@ class _Conversion:
     passive: list[str] = field(default_factory=list)
 
 
-# Words that name an end effector's joints or links (a gripper's fingers, jaws, knuckles).
+# Words that name an end effector's joints (a gripper's fingers, jaws, knuckles).
 _END_EFFECTOR_WORDS = ('finger', 'gripper', 'jaw', 'claw', 'knuckle')
 
 
 def _end_effector_joints(parsed: _ParsedUrdf) -> set[str]:
     """Moving joints of an end effector: mimic joints and the joints they follow, joints
-    named (or moving a link named) like a gripper's (_END_EFFECTOR_WORDS), and every moving
-    joint below one of those."""
+    named like a gripper's (_END_EFFECTOR_WORDS; the joint's name only: an SO-101's
+    wrist_roll moves its 'gripper_link' and is an arm joint), and every moving joint below
+    one of those."""
     moving = [j for j in parsed.joints if j.type != 'fixed']
     ee = set()
     for j in moving:
         if j.mimic is not None:
             ee.update((j.name, j.mimic))
-        if any(w in f'{j.name} {j.child}'.lower() for w in _END_EFFECTOR_WORDS):
+        if any(w in j.name.lower() for w in _END_EFFECTOR_WORDS):
             ee.add(j.name)
     by_parent: dict[str, list[JointInfo]] = {}
     for j in parsed.joints:

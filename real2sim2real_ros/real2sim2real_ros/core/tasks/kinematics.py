@@ -68,17 +68,20 @@ class ToolDownIK:
         """Joint positions putting the tip at ``target`` (m) with the tool pointing down.
 
         On a redundant arm (more than 6 arm joints) the null space of the task pulls the
-        joints towards the ready pose (``null_gain`` per iteration) and every iterate stays
-        within the joint limits, so the arm keeps its elbow where the ready pose has it (where
+        joints towards the seed (``null_gain`` per iteration; the ready pose when no seed is
+        given, and a path is seeded point by point from it) and every iterate stays within the
+        joint limits: the self-motion is the least change from the seed, so paths are
+        continuous and the arm keeps its elbow where the ready pose has it (where
         that pull stalls short of the target, near a singularity, the plain damped least
-        squares from the same seed is used)."""
+        squares finishes from there)."""
         target = np.asarray(target, float)
         q = (self.q_ready if q_seed is None else np.asarray(q_seed, float)).copy()
+        home = q.copy()
         m, d = self.model, self.data
         jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
         redundant = len(q) > 6
         if max_iter is None:
-            max_iter = 300 if redundant else 100
+            max_iter = 400 if redundant else 100
         lo, hi = self.robot.lower, self.robot.upper
         err = np.inf
         for _ in range(max_iter):
@@ -100,7 +103,12 @@ class ToolDownIK:
             dq = J_pinv @ e
             if redundant:   # exact null-space projector: the pull leaves the tip alone
                 null = np.eye(len(q)) - np.linalg.pinv(J, rcond=1e-4) @ J
-                pull = null @ (null_gain * (self.q_ready - q))
+                pull = null @ (null_gain * (home - q))
+                # Small self-motion steps: their second-order effect on the tip stays below
+                # what one task step removes (large ones stall short of the target).
+                big = np.abs(pull).max()
+                if big > 0.01:
+                    pull *= 0.01 / big
                 if err < tol and np.abs(pull).max() < 1e-4:   # on target, self-motion done
                     break
                 q = np.clip(q + dq + pull, lo, hi)
@@ -108,8 +116,8 @@ class ToolDownIK:
                 q = q + dq
         if err > 10 * tol and redundant and null_gain > 0:
             # Near a singularity the pull and the damped task step can balance short of the
-            # target: then the plain damped least squares from the same seed decides.
-            return self.solve(target, q_seed, tol, max_iter, null_gain=0.0)
+            # target: the plain damped least squares finishes from where it stalled.
+            return self.solve(target, q, tol, max_iter, null_gain=0.0)
         if err > 10 * tol:
             raise IKError(f'IK did not reach tip target {np.round(target, 4).tolist()} '
                           f'(residual {err:.4f})')
