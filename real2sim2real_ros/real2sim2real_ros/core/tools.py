@@ -111,10 +111,11 @@ def add_pusher(urdf: str | os.PathLike, flange: str | None = None, axis=(0.0, 0.
     flange: the link the tool is bolted to; default ``tool0`` (the REP 199 flange frame, z out
     of the flange) when the robot has one, else the robot's tip link (end of the longest
     chain without gripper fingers: a Panda's ``panda_hand_tcp``, so the pusher sits between
-    its fingers, which stay on the robot and are held). axis: the tool's direction in the flange frame (default its z). The tool is a new
-    link ``<link_prefix>`` (shaft, ball, 0.2 kg) and the ``tool_tip`` link at the ball's lowest
-    point, ``length`` (0.10 m) along ``axis``: the naming of urdf/cell_arm.urdf, so the
-    converter's default tip link is ``tool_tip``. Relative mesh paths are made absolute
+    its fingers, which stay on the robot and are held). axis: the tool's direction in the
+    flange frame (default its z). The tool is a new link ``<link_prefix>`` (shaft, ball,
+    0.2 kg) and the ``tool_tip`` link at the ball's lowest point, ``length`` (0.10 m) along
+    ``axis``: the naming of urdf/cell_arm.urdf, so the converter's default tip link is
+    ``tool_tip``. Relative mesh paths are made absolute
     (against the file's directory or ``base_dir``); ``package://`` URIs are kept.
     """
     if isinstance(urdf, str) and urdf.lstrip().startswith('<'):
