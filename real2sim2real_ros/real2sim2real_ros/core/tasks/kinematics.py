@@ -93,11 +93,18 @@ class ToolDownIK:
             mujoco.mju_mat2Quat(quat, r_err.ravel())
             e_rot = np.zeros(3)
             mujoco.mju_quat2Vel(e_rot, quat, 1.0)
+            if redundant:
+                # The pusher is round: only its axis (tip z) is a task; the roll about it is
+                # free, one more freedom away from the wrist's singularity.
+                z, z_goal = rot[:, 2], self.rot_ready[:, 2]
+                e_rot = np.cross(z, z_goal)
             e = np.concatenate([e_pos, e_rot])
             err = float(np.linalg.norm(e_pos)) + 0.1 * float(np.linalg.norm(e_rot))
             if err < tol and not redundant:
                 break
             mujoco.mj_jacBody(m, d, jacp, jacr, self._tip)
+            if redundant:
+                jacr = (np.eye(3) - np.outer(z, z)) @ jacr
             J = np.vstack([jacp, jacr])[:, self._dadr]
             J_pinv = J.T @ np.linalg.inv(J @ J.T + self.damping * np.eye(6))
             dq = J_pinv @ e
