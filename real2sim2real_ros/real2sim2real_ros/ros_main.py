@@ -17,6 +17,7 @@ import inspect
 import signal
 import sys
 import threading
+import time
 import traceback
 
 import rclpy
@@ -79,9 +80,30 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
     return code
 
 
+# rclpy builds each wait set from a copy of the nodes' waitables; a subscription destroyed
+# meanwhile by another thread (a per-goal subscription ending, core/subscriptions.py) leaves
+# its destroyed QoS event handler in that copy, and add_to_wait_set raises InvalidHandle
+# ("cannot use Destroyable because destruction was requested"): once, camera_capture died of
+# it. The next wait set no longer holds the entity, so spinning resumes; only a burst of them
+# (something that stays broken) ends the node.
+INVALID_HANDLE_BURST = (50, 5.0)      # this many InvalidHandle errors within this many s
+
+
 def _spin(executor, stop: threading.Event, failure: list):
+    from rclpy.exceptions import InvalidHandle
+    recent: list[float] = []
     try:
-        executor.spin()
+        while True:
+            try:
+                executor.spin()
+                return
+            except InvalidHandle:
+                if stop.is_set() or not rclpy.ok():
+                    return
+                now = time.monotonic()
+                recent = [t for t in recent if now - t < INVALID_HANDLE_BURST[1]] + [now]
+                if len(recent) >= INVALID_HANDLE_BURST[0]:
+                    raise
     except Exception as exc:  # noqa: BLE001 - reported by run_node unless shutting down
         if not stop.is_set() and rclpy.ok():
             failure.append(exc)

@@ -438,6 +438,47 @@ def test_failing_node_returns_1_and_clean_exits_return_0(ws):
     assert _live_pids_mentioning(str(ws.root)) == []
 
 
+def test_clean_exit_while_the_graph_runs_takes_it_down_with_the_reason(ws):
+    """A node that exits 0 while the others still run (sim_server once did, silently) is not
+    ignored: the launch ends with code 1 and logs which node left, with what code."""
+    path = ws.write('quiet.launch.xml', f'''
+        <node {FAKE} name="long_lived"/>
+        <node {FAKE} name="quitter" args="--exit-after 0.5 --exit-code 0"/>''')
+    start = time.monotonic()
+    result = _run(str(path))
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - start < 10.0
+    assert ("node 'quitter' exited with code 0 while the rest of the graph was running "
+            "(long_lived); shutting down") in result.stderr
+    records = ws.started()
+    assert len(records) == 2 and _wait_dead([r['pid'] for r in records], 1.0) == []
+
+
+def test_required_node_clean_exit_also_stops_the_graph(ws):
+    path = ws.write('req0.launch.xml', f'''
+        <node {FAKE} name="long_lived"/>
+        <node {FAKE} name="critical" on_exit="shutdown" args="--exit-after 0.5 --exit-code 0"/>
+        ''')
+    result = _run(str(path))
+    assert "required node 'critical' exited with code 0; shutting down" in result.stderr
+    records = ws.started()
+    assert len(records) == 2 and _wait_dead([r['pid'] for r in records], 1.0) == []
+
+
+def test_respawn_follows_a_clean_exit_too(ws):
+    path = ws.write('respawn0.launch.xml', f'''
+        <node {FAKE} name="flaky" respawn="true" respawn_delay="0.1"
+              args="--exit-after 0.3 --exit-code 0"/>
+        <node {FAKE} name="steady"/>''')
+    errors = io.StringIO()
+    with LaunchedGraph(path, stderr=errors, stdout=io.StringIO()) as graph:
+        ws.wait_started(3)
+        assert graph.alive('steady')
+    assert graph.exit_code == 0
+    assert errors.getvalue().count('[flaky] exited with code 0') >= 1
+    assert errors.getvalue().count('[flaky] respawning in 0.1 s') >= 1
+
+
 def test_respawn_restarts_node_after_delay(ws):
     path = ws.write('respawn.launch.xml', f'''
         <node {FAKE} name="flaky" respawn="true" respawn_delay="0.2"

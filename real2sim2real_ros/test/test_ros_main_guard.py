@@ -76,3 +76,33 @@ def test_a_raising_service_answers_with_an_error_and_keeps_serving():
         server.destroy_node()
         client_node.destroy_node()
         rclpy.try_shutdown(context=ctx)
+
+
+class _FlakyExecutor:
+    """An executor whose spin raises rclpy's InvalidHandle ``n`` times, then returns (or
+    raises forever with n < 0)."""
+
+    def __init__(self, n: int):
+        self.n, self.calls = n, 0
+
+    def spin(self):
+        from rclpy.exceptions import InvalidHandle
+        self.calls += 1
+        if self.n < 0 or self.calls <= self.n:
+            raise InvalidHandle('cannot use Destroyable because destruction was requested')
+
+
+def test_spin_survives_an_entity_destroyed_while_the_wait_set_is_built():
+    """camera_capture once died when its per-goal subscription was destroyed while the
+    executor built a wait set (rclpy raised InvalidHandle out of spin): spinning resumes."""
+    from real2sim2real_ros.ros_main import _spin
+    rclpy.init()
+    try:
+        executor, stop, failure = _FlakyExecutor(3), threading.Event(), []
+        _spin(executor, stop, failure)
+        assert executor.calls == 4 and failure == []
+        executor, stop, failure = _FlakyExecutor(-1), threading.Event(), []
+        _spin(executor, stop, failure)   # something that stays broken still ends the node
+        assert len(failure) == 1 and 'destruction was requested' in str(failure[0])
+    finally:
+        rclpy.try_shutdown()

@@ -369,9 +369,21 @@ def _resolve(path: Path) -> tuple[Path, dict | None]:
     if not path.exists():
         raise CaptureSetError(CaptureErrorCode.NO_FRAMES, f'no such capture set: {path}')
     if path.is_file() and path.name == MANIFEST:
-        manifest = json.loads(path.read_text())
-        bag = Path(manifest.get('outputs', {}).get('bag', {}).get('path')
-                   or path.parent / BAG_NAME)
+        try:
+            manifest = json.loads(path.read_text())
+        except UnicodeDecodeError:
+            raise CaptureSetError(CaptureErrorCode.NO_FRAMES,
+                                  f'{path}: not a text (JSON) manifest') from None
+        except json.JSONDecodeError as exc:
+            raise CaptureSetError(CaptureErrorCode.NO_FRAMES,
+                                  f'{path}: not valid JSON: {exc}') from None
+        outputs = manifest.get('outputs', {}) if isinstance(manifest, dict) else None
+        bag_entry = outputs.get('bag', {}) if isinstance(outputs, dict) else None
+        if not isinstance(bag_entry, dict):
+            raise CaptureSetError(CaptureErrorCode.NO_FRAMES,
+                                  f'{path}: not a capture manifest (want a JSON object with '
+                                  f'outputs.bag)')
+        bag = Path(bag_entry.get('path') or path.parent / BAG_NAME)
         if not bag.exists():   # a moved run directory: the bag beside the manifest
             bag = path.parent / BAG_NAME
         return bag, manifest

@@ -561,6 +561,8 @@ def load_cell_spec(source: str | os.PathLike | dict[str, Any]) -> CellSpec:
                 data = yaml.safe_load(fh)
         except OSError as exc:
             raise CellSpecError(f'(file): cannot read {source}: {exc.strerror}') from None
+        except UnicodeDecodeError:
+            raise CellSpecError(f'(file): {source} is not a text (YAML) file') from None
         except yaml.YAMLError as exc:
             raise CellSpecError(f'(file): {source} is not valid YAML: {exc}') from None
     if not isinstance(data, dict):

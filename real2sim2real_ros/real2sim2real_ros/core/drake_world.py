@@ -58,7 +58,7 @@ from .emulated_world import (
 )
 from .joint_trajectory import TrajectoryFollower
 from .truth import TruthDoor
-from .world import ServoCellBase
+from .world import ServoCellBase, object_resets
 
 ROBOT_MODEL = 'robot'
 FRICTION_VELOCITY = 0.01        # rad/s, regularisation of the Coulomb joint friction
@@ -532,15 +532,9 @@ class DrakeWorld(ServoCellBase):
         from pydrake.math import RigidTransform
         from pydrake.multibody.math import SpatialVelocity
         with self.lock:
-            ids = list(self._bodies) if not ids else list(ids)
-            if poses is not None and len(poses) not in (0, len(ids)):
-                raise ValueError(f'{len(poses)} poses for {len(ids)} objects')
-            for k, oid in enumerate(ids):
-                if oid not in self._bodies:
-                    raise KeyError(f'no object {oid!r}; objects: {sorted(self._bodies)}')
-                if poses:
-                    xyz, quat = poses[k]
-                    quat = np.asarray(quat, float) / np.linalg.norm(quat)
+            for oid, pose in object_resets(self._bodies, ids, poses):
+                if pose is not None:
+                    xyz, quat = pose
                 else:
                     obj = self._spec.object(oid)
                     xyz, quat = obj.xyz, _yaw_quat(obj.yaw)

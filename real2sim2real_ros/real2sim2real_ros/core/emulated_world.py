@@ -28,7 +28,7 @@ from .depth_noise import apply_depth_noise
 from .joint_trajectory import TrajectoryFollower
 from .offscreen import mujoco_renderer
 from .truth import TruthDoor
-from .world import ServoCellBase
+from .world import ServoCellBase, object_resets
 
 ROBOT_PREFIX = 'robot/'
 OBJECT_PREFIX = 'object/'
@@ -426,15 +426,9 @@ class EmulatedWorld(ServoCellBase):
     def reset_objects(self, ids=None, poses=None):
         """Put objects back at their spec poses, or at ``poses`` [(xyz, quat wxyz), ...]."""
         with self.lock:
-            ids = list(self._obj_qadr) if not ids else list(ids)
-            if poses is not None and len(poses) not in (0, len(ids)):
-                raise ValueError(f'{len(poses)} poses for {len(ids)} objects')
-            for k, oid in enumerate(ids):
-                if oid not in self._obj_qadr:
-                    raise KeyError(f'no object {oid!r}; objects: {sorted(self._obj_qadr)}')
-                if poses:
-                    xyz, quat = poses[k]
-                    quat = np.asarray(quat, float) / np.linalg.norm(quat)
+            for oid, pose in object_resets(self._obj_qadr, ids, poses):
+                if pose is not None:
+                    xyz, quat = pose
                 else:
                     obj = self._spec.object(oid)
                     xyz, quat = obj.xyz, _yaw_quat(obj.yaw)

@@ -39,6 +39,11 @@ VELOCITY_LIMIT_VIOLATION = 'VELOCITY_LIMIT_VIOLATION'
 WORKSPACE_VIOLATION = 'WORKSPACE_VIOLATION'
 
 # Slack for floating-point round-off on limit comparisons (rad, rad/s, m).
+# Upper bounds on what a trajectory goal may hold (docs/limits.md).
+MAX_TRAJECTORY_POINTS = 100_000       # points per trajectory
+MAX_TRAJECTORY_DURATION = 86_400.0    # s, last time_from_start
+MAX_WORKSPACE_SAMPLES = 200_000       # FK calls spent checking the workspace box
+
 _EPS = 1e-9
 
 
@@ -171,12 +176,12 @@ def validate_trajectory(
     workspace: Workspace | None = None,
     start_tolerance: float = 0.05,
     workspace_step: float = 0.05,
-    max_points: int = 100_000,
-    max_duration: float = 86_400.0,
+    max_points: int = MAX_TRAJECTORY_POINTS,
+    max_duration: float = MAX_TRAJECTORY_DURATION,
     current_velocity: Sequence[float] | None = None,
     fk_lipschitz: Sequence[float] | None = None,
     workspace_tolerance: float = 0.001,
-    max_workspace_samples: int = 200_000,
+    max_workspace_samples: int = MAX_WORKSPACE_SAMPLES,
 ) -> ValidatedTrajectory:
     """Check the reference the controller will follow for ``traj`` against ``limits`` and
     ``workspace``; raise TrajectoryViolation on the first problem, with a message naming the

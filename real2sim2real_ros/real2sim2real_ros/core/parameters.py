@@ -141,7 +141,7 @@ def load_parameter_specs(source) -> list[ParameterSpec]:
         path = Path(source)
         try:
             data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise ParameterError(f'cannot read parameter declarations {path}: {exc}') from None
     if isinstance(data, dict):
         data = data.get('parameters', [])
@@ -240,5 +240,5 @@ class ParameterSet:
         path = Path(path)
         try:
             return cls.from_dict(yaml.safe_load(path.read_text()))
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise ParameterError(f'cannot read parameter set {path}: {exc}') from None

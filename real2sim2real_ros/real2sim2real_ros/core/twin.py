@@ -119,6 +119,8 @@ def _load_scene(scene) -> mujoco.MjSpec:
         if isinstance(scene, str) and scene.lstrip().startswith('<'):
             return mujoco.MjSpec.from_string(scene)
         path = Path(scene)
+        if path.is_dir():
+            raise TwinBuildError(f"scene MJCF '{path}' is a directory, not an MJCF file")
         if not path.is_file():
             raise TwinBuildError(f"scene MJCF '{path}' does not exist")
         return mujoco.MjSpec.from_file(os.fspath(path))

@@ -142,6 +142,49 @@ class ServoCellBase:
         return camera_model.Intrinsics(c.width, c.height, c.fx, c.fy, c.cx, c.cy)
 
 
+# The largest |coordinate| (m) an object may be put at: far outside any cell, small enough that a
+# typo (1e9) is refused instead of launching the object out of the simulation.
+MAX_OBJECT_COORDINATE = 100.0
+
+
+def object_resets(known_ids, ids, poses) -> list[tuple[str, object]]:
+    """[(object id, (xyz, unit quat wxyz) or None = its spec pose)] for a reset_objects
+    request, every entry checked before any object moves (all-or-nothing). ValueError or
+    KeyError naming the offending field (``poses[k].position``, ``poses[k].orientation``)."""
+    known = list(known_ids)
+    ids = known if not ids else list(ids)
+    poses = list(poses) if poses else []
+    if poses and len(poses) != len(ids):
+        raise ValueError(f'{len(poses)} poses for {len(ids)} objects')
+    unknown = [oid for oid in ids if oid not in known]
+    if unknown:
+        raise KeyError(f'no object {unknown[0]!r}; objects: {sorted(known)}')
+    dup = sorted({oid for oid in ids if ids.count(oid) > 1})
+    if dup:
+        raise ValueError(f'object_ids has duplicates: {dup}')
+    out = []
+    for k, oid in enumerate(ids):
+        if not poses:
+            out.append((oid, None))
+            continue
+        xyz, quat = (np.asarray(v, float).reshape(-1) for v in poses[k])
+        where = f'poses[{k}] (object {oid!r})'
+        if xyz.shape != (3,) or not np.all(np.isfinite(xyz)):
+            raise ValueError(f'{where}.position {xyz.tolist()} is not 3 finite values (NaN or '
+                             f'infinite)')
+        if np.max(np.abs(xyz)) > MAX_OBJECT_COORDINATE:
+            raise ValueError(f'{where}.position {xyz.tolist()} is more than '
+                             f'{MAX_OBJECT_COORDINATE:g} m from the origin on an axis')
+        if quat.shape != (4,) or not np.all(np.isfinite(quat)):
+            raise ValueError(f'{where}.orientation {quat.tolist()} is not 4 finite values (NaN '
+                             f'or infinite)')
+        norm = float(np.linalg.norm(quat))
+        if norm < 1e-6:
+            raise ValueError(f'{where}.orientation {quat.tolist()} is a zero quaternion')
+        out.append((oid, (xyz, quat / norm)))
+    return out
+
+
 def make_world(spec: CellSpec, robot_urdf: str | None = None, **kwargs) -> CellWorld:
     """The emulated cell for ``spec`` on the engine the spec names (``spec.engine``).
 

@@ -284,7 +284,7 @@ def _params_file(text: str, where: str) -> Path:
         raise LaunchError(f'parameters file {path} does not exist', where)
     try:
         content = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LaunchError(f'parameters file {path} is not readable YAML: {first}',
                           where) from None

@@ -6,9 +6,12 @@ SIGINT first, SIGTERM after ``sigint_timeout``, SIGKILL after ``sigterm_timeout`
 order and defaults of launch). On Linux each child also gets SIGTERM if the runner dies
 without cleaning up (PR_SET_PDEATHSIG), so even ``kill -9`` of the runner leaves no node.
 
-Exit code of ``run()``: 0 after a requested stop (signal, ``request_stop``) or when every
-node exited 0; 1 when a node failed (a non-respawning node exited non-zero or by a signal, a
-required node exited non-zero) - the others are then stopped.
+Exit code of ``run()``: 0 after a requested stop (signal, ``request_stop``), when the last
+running node exited 0, or when a required node (``on_exit="shutdown"``) exited 0; 1 when a
+node failed: a non-respawning node exited non-zero or by a signal, a required node exited
+non-zero, or a non-respawning node exited at all (even with 0) while other nodes were still
+running - the others are then stopped and the reason is logged. A respawning node is started
+again whatever its exit code (until ``respawn_max_retries``).
 """
 from __future__ import annotations
 
@@ -167,8 +170,15 @@ class Supervisor:
             self._info(f'[{spec.label}] respawning in {spec.respawn_delay:g} s')
             return None
         state.done = True
-        if code != 0:
+        others = [s.spec.label for s in self._states if not s.done]
+        if code != 0 or others:
+            # A node never leaves silently: a crash, or a clean exit while the rest of the
+            # graph still runs (a graph without it is not the graph that was launched), ends
+            # the launch with the reason, whatever the exit code.
             self.reason = f"node '{spec.label}' exited with {_describe(code)}"
+            if code == 0:
+                self.reason += (' while the rest of the graph was running (' +
+                                ', '.join(others) + ')')
             self._info(f'{self.reason}; shutting down')
             return EXIT_NODE_FAILED
         return None

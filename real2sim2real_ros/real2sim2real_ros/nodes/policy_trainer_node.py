@@ -85,6 +85,8 @@ NODE_NAME = 'policy_trainer'
 TR = Train.Result
 ER = Evaluate.Result
 MAX_EVAL_TRIALS = 100_000   # trials per evaluate goal (and the eval_trials parameter)
+MAX_TRAIN_STEPS = 100_000_000   # total_steps per train goal
+MAX_DEMO_BAGS = 1000        # demo_bags per train goal
 CANCEL_GRACE = 5.0       # s the action waits for the worker after a cancel request
 SCENE_GRACE = 3.0        # s after start-up during which a goal waits for a latched scene
 STAGES = ('setup', 'demos', 'imitation', 'self_imitation', 'evaluate', 'ppo', 'done')
@@ -352,6 +354,13 @@ class PolicyTrainerNode(Node):
             training_steps,
         )
         goal = job.goal_handle.request
+        if int(goal.total_steps) > MAX_TRAIN_STEPS:
+            raise _Fail(TR.TRAINING_FAILED, f'total_steps {goal.total_steps} is more than the '
+                        f'{MAX_TRAIN_STEPS} allowed (a negative count sent as uint32 wraps to '
+                        f'4294967295)')
+        if len(goal.demo_bags) > MAX_DEMO_BAGS:
+            raise _Fail(TR.INVALID_DEMOS, f'{len(goal.demo_bags)} demo_bags is more than the '
+                        f'{MAX_DEMO_BAGS} allowed')
         if goal.task not in task_names():
             raise _Fail(TR.UNKNOWN_TASK, f'unknown task {goal.task!r}; known tasks: '
                         f'{task_names()}')

@@ -16,7 +16,9 @@ Interfaces (node-relative, so they never collide with the cell's ``/joint_states
   paused only, at most MAX_STEPS_PER_CALL = 100000 steps a call),
   ``~/set_physical_parameters``, ``~/get_physical_parameters``, ``~/load_scene``
 * action ``~/rollout`` (Rollout): one batched ``mujoco.rollout`` per chunk of parameter
-  samples over ``nthread`` threads, feedback per chunk, cancel between chunks.
+  samples over ``nthread`` threads, feedback per chunk, cancel between chunks. At most
+  MAX_ROLLOUT_SAMPLES = 10000 parameter samples, MAX_ROLLOUT_DURATION = 600 s of sim time
+  and MAX_ROLLOUT_VALUES = 50000000 floats in the result per goal (more is INVALID_GOAL).
 * the twin seen through real cameras (``camera_names``; off and free when empty): per camera
   it reads the REAL camera's ``<name>/color/camera_info`` (intrinsics) and latched
   ``<name>/extrinsics`` (PoseStamped of the colour optical frame in the twin's world) and
@@ -74,6 +76,10 @@ RR = Rollout.Result
 CHUNK_WALL = 0.02      # s of wall time per live-loop slice (then services get the lock)
 # ~/step holds the twin's lock while it steps: bounded so one call cannot stall the node.
 MAX_STEPS_PER_CALL = 100_000
+# ~/rollout: what one goal may ask for (the result is one DDS message; the controls one array).
+MAX_ROLLOUT_SAMPLES = 10_000          # parameter samples per goal
+MAX_ROLLOUT_DURATION = 600.0          # s of sim time (trajectory end + 0.2 s)
+MAX_ROLLOUT_VALUES = 50_000_000       # floats in the result (positions + object poses)
 
 class _Estimate:
     """What ~/set_physical_parameters said about a value beyond the value itself."""
@@ -479,7 +485,6 @@ class SimServerNode(Node):
             twin = self._twin_or_fail(resp)
             if twin is None:
                 return resp
-            nj = len(twin.joint_names)
             q0, qd0 = None, None
             if req.keyframe:
                 import mujoco
@@ -489,18 +494,14 @@ class SimServerNode(Node):
                     resp.message = f'no keyframe {req.keyframe!r} in the twin'
                     return resp
                 q0 = twin.model.key_qpos[k][twin._qadr].copy()
-            if len(req.qpos):
-                if len(req.qpos) != nj or not np.all(np.isfinite(req.qpos)):
-                    resp.success = False
-                    resp.message = (f'qpos has {len(req.qpos)} values; the twin has {nj} '
-                                    f'joints {twin.joint_names} (finite values)')
+            for field in ('qpos', 'qvel'):
+                problem = _state_vector_problem(field, getattr(req, field), twin.joint_names)
+                if problem:
+                    resp.success, resp.message = False, problem
                     return resp
+            if len(req.qpos):
                 q0 = np.asarray(req.qpos, float)
             if len(req.qvel):
-                if len(req.qvel) != nj or not np.all(np.isfinite(req.qvel)):
-                    resp.success = False
-                    resp.message = f'qvel has {len(req.qvel)} values; the twin has {nj} joints'
-                    return resp
                 qd0 = np.asarray(req.qvel, float)
             twin.reset(q0, qd0)
             self.follower = TrajectoryFollower(twin.joint_names, twin.joint_positions(),
@@ -618,6 +619,10 @@ class SimServerNode(Node):
                    if all(len(p.velocities) == len(index) for p in cmd.points) else None)
         except (IndexError, ValueError) as exc:
             return RR.INVALID_GOAL, f'commands: {exc}'
+        problem = _rollout_size_problem(times, goal.sample_period, twin.timestep, nj,
+                                        len(twin.object_ids), len(goal.parameter_samples))
+        if problem:
+            return RR.INVALID_GOAL, problem
         samples = [{p.name: p.value for p in s.parameters} for s in goal.parameter_samples]
         samples = samples or [{}]
         chunk = max(1, int(self.p_chunk))
@@ -664,6 +669,42 @@ class SimServerNode(Node):
         with self._lock:
             if self.twin is not None:
                 self.twin.close()
+
+
+def _rollout_size_problem(times, sample_period: float, timestep: float, n_joints: int,
+                          n_objects: int, n_samples: int) -> str:
+    """'' when a rollout goal's size is within the MAX_ROLLOUT_* bounds; else what is wrong."""
+    if not np.all(np.isfinite(times)):
+        return 'commands: a time_from_start is not finite'
+    if not (math.isfinite(sample_period) and sample_period >= 0.0):
+        return f'sample_period {sample_period} must be a finite number >= 0 s'
+    if n_samples > MAX_ROLLOUT_SAMPLES:
+        return (f'{n_samples} parameter_samples is more than the {MAX_ROLLOUT_SAMPLES} allowed '
+                f'per goal; send several goals')
+    duration = float(np.max(times)) + 0.2
+    if duration > MAX_ROLLOUT_DURATION:
+        return (f'commands last {duration:g} s of sim time, more than the '
+                f'{MAX_ROLLOUT_DURATION:g} s allowed per rollout')
+    period = max(sample_period, timestep)
+    values = max(1, n_samples) * (int(duration / period) + 2) * (n_joints + 7 * n_objects)
+    if values > MAX_ROLLOUT_VALUES:
+        return (f'the result would hold {values} values, more than the {MAX_ROLLOUT_VALUES} '
+                f'allowed: raise sample_period or send fewer parameter_samples')
+    return ''
+
+
+def _state_vector_problem(field: str, values, joint_names) -> str:
+    """'' when ``values`` is empty or one finite value per joint; else what is wrong."""
+    n = len(values)
+    if n == 0:
+        return ''
+    if n != len(joint_names):
+        return (f'{field} has {n} values; the twin has {len(joint_names)} joints '
+                f'{list(joint_names)}')
+    bad = [f'{name}={v}' for name, v in zip(joint_names, values) if not math.isfinite(v)]
+    if bad:
+        return f'{field} holds NaN or infinite values: {", ".join(bad)}'
+    return ''
 
 
 def main(args=None):

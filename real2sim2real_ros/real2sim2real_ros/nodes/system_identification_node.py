@@ -70,6 +70,8 @@ from ..subscriptions import subscribed
 
 NODE_NAME = 'system_identification'
 IR = Identify.Result
+MAX_PROBES = 50        # live probes per identify goal (and the num_probes parameter)
+MAX_IDENTIFY_BAGS = 1000   # bag_paths per identify goal
 
 
 class _Fail(Exception):
@@ -178,11 +180,11 @@ class SystemIdentificationNode(Node):
                                         read_only=True)
             self.p_num_probes = declare(self, 'num_probes', 3,
                                         'Probes per live identification (the last is held '
-                                        'out).', lo=1, hi=50)
+                                        'out).', lo=1, hi=MAX_PROBES)
             self.p_max_probes = declare(
                 self, 'max_probes', 5, 'Most probe executions of a live identification: with '
                 'object strike probes the arm gets at most max_probes - strike_probes.',
-                lo=1, hi=50)
+                lo=1, hi=MAX_PROBES)
             self.p_duration = declare(self, 'probe_duration', 4.0, 'Seconds per probe.',
                                       lo=1.5, hi=60.0)
             self.p_amplitude = declare(self, 'probe_amplitude', 0.35,
@@ -290,6 +292,13 @@ class SystemIdentificationNode(Node):
         from ..core.sysid.fit import identify
         from ..core.twin import Twin
         goal = goal_handle.request
+        if int(goal.num_probes) > MAX_PROBES:
+            raise _Fail(IR.INVALID_BOUNDS, f'num_probes {goal.num_probes} is more than the '
+                        f'{MAX_PROBES} allowed (a negative count sent as uint32 wraps to '
+                        f'4294967295)')
+        if len(goal.bag_paths) > MAX_IDENTIFY_BAGS:
+            raise _Fail(IR.INVALID_BOUNDS, f'{len(goal.bag_paths)} bag_paths is more than the '
+                        f'{MAX_IDENTIFY_BAGS} allowed')
         # A goal sent right after bringup may arrive before the latched robot_description:
         # give it a few seconds rather than failing at once.
         deadline = time.monotonic() + 10.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -118,8 +119,12 @@ def load_checkpoint(directory) -> tuple[MLPPolicy, dict]:
             raise CheckpointError(f'checkpoint {directory}: {p.name} is missing')
     try:
         config = json.loads(cfg_path.read_text())
+    except UnicodeDecodeError:
+        raise CheckpointError(f'{cfg_path}: not a text (JSON) file') from None
     except json.JSONDecodeError as exc:
         raise CheckpointError(f'{cfg_path}: not valid JSON: {exc}') from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f'{cfg_path}: must be a JSON object, not {type(config).__name__}')
     if config.get('format') != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{cfg_path}: format {config.get('format')!r} is not "
                               f'{CHECKPOINT_FORMAT!r}')
@@ -128,9 +133,11 @@ def load_checkpoint(directory) -> tuple[MLPPolicy, dict]:
         policy = MLPPolicy(a['obs_dim'], a['action_low'], a['action_high'], a['hidden'])
         state = torch.load(w_path, map_location='cpu', weights_only=True)
         policy.load_state_dict(state)
-    except (KeyError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f'checkpoint {directory}: cannot restore the policy: {exc}') \
-            from None
+    except (KeyError, TypeError, RuntimeError, ValueError, EOFError, OSError,
+            pickle.UnpicklingError) as exc:
+        raise CheckpointError(f'checkpoint {directory}: cannot restore the policy from '
+                              f'{w_path.name}: {str(exc).splitlines()[0] if str(exc) else exc!r}'
+                              ) from None
     policy.eval()
     return policy, config
 

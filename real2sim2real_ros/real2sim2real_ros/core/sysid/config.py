@@ -116,7 +116,7 @@ def _read(path) -> dict:
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ParameterError(f'cannot read {path}: {exc}') from None
     if not isinstance(data, dict):
         raise ParameterError(f'{path}: expected a mapping with known: and/or parameters:')
