@@ -30,18 +30,20 @@ def _erd_robots():
 
 
 def _track_ramp(robot, model, delta=0.2, ramp_s=1.0, total_s=2.0):
-    """Ramp every joint by ``delta`` from its (clipped) zero; (max lag, final error)."""
+    """Ramp every arm joint by ``delta`` from its (clipped) zero; (max lag, final error).
+    Held joints (a gripper's) keep ctrl 0: their actuators hold them."""
     data = mujoco.MjData(model)
     idx = robot.qpos_indices(model)
+    act = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_ACTUATOR, n) for n in robot.joint_names]
     q0 = np.clip(np.zeros(robot.n_joints), robot.lower, robot.upper)
     data.qpos[idx] = q0
-    data.ctrl[:] = q0
+    data.ctrl[act] = q0
     mujoco.mj_forward(model, data)
     lag = 0.0
     for k in range(int(total_s / model.opt.timestep)):
-        data.ctrl[:] = q0 + delta * min(1.0, k * model.opt.timestep / ramp_s)
+        data.ctrl[act] = q0 + delta * min(1.0, k * model.opt.timestep / ramp_s)
         mujoco.mj_step(model, data)
-        lag = max(lag, float(np.abs(data.qpos[idx] - data.ctrl).max()))
+        lag = max(lag, float(np.abs(data.qpos[idx] - data.ctrl[act]).max()))
     return lag, float(np.abs(data.qpos[idx] - (q0 + delta)).max())
 
 
@@ -259,8 +261,11 @@ def test_so101_converts_and_tracks(mesh_cache):
     robots = _erd_robots()
     robot = load_robot(robots / 'so_arm_description/urdf/so101.urdf', mesh_cache_dir=mesh_cache)
     model = robot.compile()
+    # Joints by role: the jaw ('gripper') is held, the arm is the five joints before it.
     assert robot.joint_names == ('shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex',
-                                 'wrist_roll', 'gripper')
+                                 'wrist_roll')
+    assert robot.held_joint_names == ('gripper',) and robot.tip_link == 'gripper_frame_link'
+
     assert int(np.sum(model.geom_type == mujoco.mjtGeom.mjGEOM_MESH)) > 0
     lag, final = _track_ramp(robot, model)
     assert lag < 0.03 and final < 0.005, (lag, final)

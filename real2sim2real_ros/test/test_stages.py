@@ -21,6 +21,7 @@ from real2sim2real_ros.core.parameters import ParameterError
 from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
 from real2sim2real_ros.core.sysid import stage as ident
 from real2sim2real_ros.core.sysid.config import load_identification_config
+from real2sim2real_ros.core.tools import resolve_robot_urdf
 from real2sim2real_ros.core.truth import TruthDoor, TruthLeak
 
 CONFIG = Path(__file__).resolve().parents[1] / 'config'
@@ -36,10 +37,11 @@ def test_every_shipped_cell_has_the_controller_file_of_its_servo():
     checks the file against the cell's truth; the stages read only the file)."""
     for path in sorted(glob(str(CONFIG / 'cells' / '*.yaml'))):
         spec = load_cell_spec(path)
-        joints = ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint',
-                  'wrist_1_joint', 'wrist_2_joint', 'wrist_3_joint']
+        urdf = spec.robot.urdf
+        joints = list(load_robot(default_cell_urdf() if urdf == 'default' else
+                                 resolve_robot_urdf(urdf)).joint_names)    # its ARM joints
         gains = load_servo_gains(cell_controller_config(spec), joints)
-        kp, kv = spec.robot.per_joint('kp', 6), spec.robot.per_joint('kv', 6)
+        kp, kv = (spec.robot.per_joint(k, len(joints)) for k in ('kp', 'kv'))
         assert [gains[f'actuator/{j}/kp'] for j in joints] == list(kp), path
         assert [gains[f'actuator/{j}/kv'] for j in joints] == list(kv), path
 
@@ -67,7 +69,7 @@ def test_one_identification_config_with_the_controller_file_as_known_values(tmp_
     assert conf.known['actuator/elbow_joint/kp'] == 2000.0 and len(conf.known) == 12
     # A lab's (or the harness's per cell) controller file instead of the shipped one.
     ur5 = load_identification_config(identification_config_path(),
-                                     CONFIG / 'controllers' / 'ur5.yaml')
+                                     controller_config=CONFIG / 'controllers' / 'ur5.yaml')
     assert ur5.known['actuator/shoulder_lift_joint/kv'] == 120.0
     # The objects' mass bounds hold the drawn cells' prior (0.03-1.5 kg) with a margin.
     mass = next(t for t in conf.object_templates if t['name'].endswith('/mass'))

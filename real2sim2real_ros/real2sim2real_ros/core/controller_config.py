@@ -5,7 +5,8 @@ joint_trajectory_controller's ``gains: {<joint>: {p, d}}``, keyed by joint names
 stiffness and damping. :func:`load_servo_gains` turns such a file into the twin's parameter
 names (``actuator/<joint>/kp`` and ``/kv``). The identification config names the file
 (``controller_config:`` in config/identification.yaml, relative to that file); the shipped
-ones are in config/controllers/ (``default_arm.yaml``, ``ur5.yaml``).
+ones are in config/controllers/ (``default_arm.yaml``, ``ur5.yaml``, ``panda.yaml``,
+``xarm7.yaml``).
 
 The evaluation harness gives each emulated cell the controller file its lab would have:
 :func:`cell_controller_config` (the spec's ``<stem>.controllers.yaml`` beside it, else the
@@ -24,7 +25,11 @@ __all__ = ['CONTROLLERS_DIR', 'cell_controller_config', 'load_servo_gains']
 
 CONTROLLERS_DIR = 'controllers'
 ROBOT_CONTROLLERS = {'default': 'default_arm.yaml', 'example-robot-data:ur5': 'ur5.yaml',
-                     'example-robot-data:ur5+pusher': 'ur5.yaml'}
+                     'example-robot-data:ur5+pusher': 'ur5.yaml',
+                     'example-robot-data:panda': 'panda.yaml',
+                     'example-robot-data:panda+pusher': 'panda.yaml',
+                     'example-robot-data:xarm7': 'xarm7.yaml',
+                     'example-robot-data:xarm7+pusher': 'xarm7.yaml'}
 
 
 def _gain_sections(data, path) -> list[dict]:

@@ -164,8 +164,15 @@ class _ParsedUrdf:
 class RobotDescription:
     """A loaded robot: MuJoCo spec with actuators plus the limits a controller needs.
 
-    Arrays are ordered like ``joint_names`` (actuated joints in kinematic-tree order, the
-    order of their qpos entries in the compiled model).
+    Joints by role (``joint_roles``), derived from the URDF: ``joint_names`` are the ARM
+    joints, the actuated joints on the chain from ``base_link`` to ``tip_link``, in
+    kinematic-tree order (the order of their qpos entries in the compiled model); every array
+    (limits, gains) is ordered like them, and probes, identified parameters, limits and
+    trajectories are about them only. ``held_joint_names``: the other actuated joints
+    (fingers of a gripper, ...), each held at ``held_positions`` by its own position actuator
+    (with ctrl 0: the hold is in the actuator's bias), so nothing that commands the arm needs
+    to know they exist. ``passive_joint_names``: mimic joints (MuJoCo's equality constraint
+    couples them to their leader) and joints without a limit or actuator.
     """
 
     spec: mujoco.MjSpec
@@ -182,13 +189,30 @@ class RobotDescription:
     source: str
     joints: tuple[JointInfo, ...] = ()
     notes: tuple[str, ...] = ()
+    held_joint_names: tuple[str, ...] = ()
+    held_positions: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    passive_joint_names: tuple[str, ...] = ()
     _model: mujoco.MjModel | None = field(default=None, repr=False)
     _data: mujoco.MjData | None = field(default=None, repr=False)
 
     @property
     def actuator_names(self) -> tuple[str, ...]:
-        """Actuators are named after their joints."""
+        """The arm's actuators: named after their joints."""
         return self.joint_names
+
+    def joint_roles(self) -> dict[str, str]:
+        """{joint name: 'arm' | 'held' | 'passive'} for every moving joint of the URDF."""
+        roles = {n: 'passive' for n in self.passive_joint_names}
+        roles.update({n: 'held' for n in self.held_joint_names})
+        roles.update({n: 'arm' for n in self.joint_names})
+        return roles
+
+    def arm_joint(self, name: str) -> JointInfo:
+        """The URDF joint ``name`` (an arm joint)."""
+        for j in self.joints:
+            if j.name == name:
+                return j
+        raise RobotDescriptionError(f"joint '{name}' is not a joint of {self.name}")
 
     @property
     def n_joints(self) -> int:
@@ -435,14 +459,75 @@ class _Conversion:
     mesh_count: int
     notes: list[str]
     label: str
+    base_link: str = ''
+    tip_link: str = ''
+    held: list[str] = field(default_factory=list)
+    held_positions: list[float] = field(default_factory=list)
+    passive: list[str] = field(default_factory=list)
+
+
+# Words that name an end effector's joints (a gripper's fingers, jaws, knuckles).
+_END_EFFECTOR_WORDS = ('finger', 'gripper', 'jaw', 'claw', 'knuckle')
+
+
+def _end_effector_joints(parsed: _ParsedUrdf) -> set[str]:
+    """Moving joints of an end effector: mimic joints and the joints they follow, joints
+    named like a gripper's (_END_EFFECTOR_WORDS; the joint's name only: an SO-101's
+    wrist_roll moves its 'gripper_link' and is an arm joint), and every moving joint below
+    one of those."""
+    moving = [j for j in parsed.joints if j.type != 'fixed']
+    ee = set()
+    for j in moving:
+        if j.mimic is not None:
+            ee.update((j.name, j.mimic))
+        if any(w in j.name.lower() for w in _END_EFFECTOR_WORDS):
+            ee.add(j.name)
+    by_parent: dict[str, list[JointInfo]] = {}
+    for j in parsed.joints:
+        by_parent.setdefault(j.parent, []).append(j)
+    stack = [j.child for j in moving if j.name in ee]
+    while stack:
+        for j in by_parent.get(stack.pop(), []):
+            if j.type != 'fixed':
+                ee.add(j.name)
+            stack.append(j.child)
+    return ee
+
+
+def _chain(parsed: _ParsedUrdf, base: str, tip: str, label: str) -> list[JointInfo]:
+    """The joints from ``base`` down to ``tip`` (root first)."""
+    into = {j.child: j for j in parsed.joints}
+    path, link = [], tip
+    while link != base:
+        if link not in into:
+            raise RobotDescriptionError(
+                f"{label}: tip_link '{tip}' is not below base_link '{base}'")
+        path.append(into[link])
+        link = into[link].parent
+    return path[::-1]
+
+
+def _default_base(parsed: _ParsedUrdf) -> str:
+    base = parsed.root_link
+    if base == 'world':
+        kids = [j.child for j in parsed.joints if j.parent == 'world']
+        base = kids[0] if len(kids) == 1 else base
+    return base
 
 
 def _convert(urdf, *, package_dirs, base_dir, actuator, mesh_cache_dir,
-             require_limits: bool = True) -> _Conversion:
+             require_limits: bool = True, tip_link: str | None = None,
+             base_link: str | None = None) -> _Conversion:
     gains = ActuatorGains.from_value(actuator)
     gains.validate()
     text, base, label = _read_urdf(urdf, base_dir)
     parsed = _parse_urdf(text, label, require_limits)
+    tip = tip_link or _default_tip(parsed)
+    base_name = base_link or _default_base(parsed)
+    for role, link in (('tip_link', tip), ('base_link', base_name)):
+        if link not in parsed.links:
+            raise RobotDescriptionError(f"{label}: {role} '{link}' is not a link of the URDF")
+    arm_set = {j.name for j in _chain(parsed, base_name, tip, label) if j.actuated}
     cache_dir = Path(mesh_cache_dir) if mesh_cache_dir else default_mesh_cache_dir()
     mesh_count = _rewrite_meshes(parsed, label, base, package_dirs, cache_dir)
     _set_compiler_extension(parsed.root)
@@ -469,31 +554,50 @@ def _convert(urdf, *, package_dirs, base_dir, actuator, mesh_cache_dir,
     if gains.gravity_compensation:
         for body in spec.bodies[1:]:  # [0] is the world
             body.gravcomp = 1.0
-    _exclude_adjacent_links(spec, parsed)
+    _exclude_adjacent_links(spec, parsed, arm_set)
 
     try:
         model = spec.compile()
     except ValueError as exc:
         raise RobotDescriptionError(f'MuJoCo could not compile {label}: {exc}') from exc
-    # Actuated joints in tree order (= qpos order).
-    joint_order = [model.joint(i).name for i in range(model.njnt)
-                   if model.joint(i).name in by_name and by_name[model.joint(i).name].actuated]
-    kp, kv, notes = _gains_for(model, joint_order, by_name, gains)
-    for name, kp_i, kv_i in zip(joint_order, kp, kv):
+    # Actuated joints in tree order (= qpos order): the arm chain's, then the held ones.
+    tree = [model.joint(i).name for i in range(model.njnt) if model.joint(i).name in by_name]
+    actuated = [n for n in tree if by_name[n].actuated]
+    joint_order = [n for n in actuated if n in arm_set]
+    held = [n for n in actuated if n not in arm_set]
+    passive = [n for n in tree if n not in arm_set and n not in held]
+    kp_all, kv_all, notes = _gains_for(model, joint_order + held, by_name, gains)
+    held_pos = []
+    for k, name in enumerate(joint_order + held):
         info = by_name[name]
         act = spec.add_actuator(name=name, target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
-        act.set_to_position(kp=float(kp_i), kv=float(kv_i))
-        if math.isfinite(info.lower) and math.isfinite(info.upper):
-            act.ctrllimited = True
-            act.ctrlrange = [info.lower, info.upper]
+        act.set_to_position(kp=float(kp_all[k]), kv=float(kv_all[k]))
         if math.isfinite(info.effort):
             act.forcelimited = True
             act.forcerange = [-info.effort, info.effort]
-    return _Conversion(spec, parsed, joint_order, kp, kv, mesh_count, notes, label)
+        if name in arm_set:
+            if math.isfinite(info.lower) and math.isfinite(info.upper):
+                act.ctrllimited = True
+                act.ctrlrange = [info.lower, info.upper]
+            continue
+        # Held joint: ctrl 0 holds it where it starts (its zero, clipped into its limits);
+        # the offset is in the bias, kp (h + ctrl - q) - kv qdot.
+        h = float(np.clip(0.0, info.lower, info.upper))
+        bias = list(act.biasprm)
+        bias[0] = float(kp_all[k]) * h
+        act.biasprm = bias
+        act.ctrllimited = False
+        held_pos.append(h)
+    n_arm = len(joint_order)
+    return _Conversion(spec, parsed, joint_order, kp_all[:n_arm], kv_all[:n_arm], mesh_count,
+                       notes, label, base_name, tip, held, held_pos, passive)
 
 
-def _exclude_adjacent_links(spec: mujoco.MjSpec, parsed: _ParsedUrdf) -> None:
-    """No contacts between links joined by a joint (as an SRDF's 'Adjacent' entries).
+def _exclude_adjacent_links(spec: mujoco.MjSpec, parsed: _ParsedUrdf,
+                            arm_joints: set[str] = frozenset()) -> None:
+    """No contacts between links joined by a joint (as an SRDF's 'Adjacent' entries), nor
+    among the links of the end effector (everything below the last arm joint: a hand, its
+    fingers and a tool it carries touch by construction, as an SRDF's 'Never' entries).
 
     MuJoCo already filters parent-child contacts, except when the parent is welded to the
     world (a fixed base_link): then the first moving link's geoms would collide with the base
@@ -503,6 +607,30 @@ def _exclude_adjacent_links(spec: mujoco.MjSpec, parsed: _ParsedUrdf) -> None:
     for j in parsed.joints:
         if j.parent in bodies and j.child in bodies:
             spec.add_exclude(bodyname1=j.parent, bodyname2=j.child)
+    last = [j for j in parsed.joints if j.name in arm_joints]
+    if not last:
+        return
+    # The deepest arm joint: the one no other arm joint is below.
+    below = {}
+    for j in parsed.joints:
+        below.setdefault(j.parent, []).append(j)
+
+    def subtree(link):
+        out, stack = [], [link]
+        while stack:
+            ln = stack.pop()
+            out.append(ln)
+            stack.extend(j.child for j in below.get(ln, []))
+        return out
+    tool_root = next(j.child for j in last
+                     if not any(k.name in arm_joints for ln in subtree(j.child)
+                                for k in below.get(ln, [])))
+    ee = [ln for ln in subtree(tool_root) if ln in bodies]
+    adjacent = {frozenset((j.parent, j.child)) for j in parsed.joints}
+    for a in range(len(ee)):
+        for b in range(a + 1, len(ee)):
+            if frozenset((ee[a], ee[b])) not in adjacent:
+                spec.add_exclude(bodyname1=ee[a], bodyname2=ee[b])
 
 
 def _gains_for(model: mujoco.MjModel, joint_order: list[str], by_name: dict[str, JointInfo],
@@ -554,10 +682,14 @@ def urdf_to_mjcf_spec(urdf: str | os.PathLike, *, package_dirs: dict[str, Path] 
 
 
 def _default_tip(parsed: _ParsedUrdf) -> str:
-    """Leaf at the end of the longest chain from the root (first in document order on ties)."""
+    """Leaf at the end of the longest chain from the root (first in document order on ties)
+    of the tree without its end-effector joints (_end_effector_joints: a gripper's fingers
+    are cut off, so the tip is the hand's deepest link, not a finger)."""
+    ee = _end_effector_joints(parsed)
     children: dict[str, list[str]] = {}
     for j in parsed.joints:
-        children.setdefault(j.parent, []).append(j.child)
+        if j.name not in ee:
+            children.setdefault(j.parent, []).append(j.child)
     best, best_depth = parsed.root_link, 0
     stack = [(parsed.root_link, 0)]
     while stack:
@@ -579,20 +711,15 @@ def load_robot(urdf: str | os.PathLike, *, package_dirs: dict[str, Path] | None 
     the ament index and known roots are searched); base_dir resolves relative mesh paths
     (default: the URDF file's directory). Converted meshes go to ``mesh_cache_dir``
     (default ~/.cache/real2sim2real_ros/meshes). tip_link defaults to the last link of the
-    longest chain; base_link to the root link (its child when the root is a bare 'world').
+    longest chain that passes no gripper joint; base_link to the root link (its child when
+    the root is a bare 'world'). The arm joints (``joint_names``) are the actuated joints
+    between them; the other actuated joints are held (see RobotDescription).
     """
     conv = _convert(urdf, package_dirs=package_dirs, base_dir=base_dir, actuator=actuator,
-                    mesh_cache_dir=mesh_cache_dir, require_limits=require_limits)
+                    mesh_cache_dir=mesh_cache_dir, require_limits=require_limits,
+                    tip_link=tip_link, base_link=base_link)
     parsed = conv.parsed
     by_name = {j.name: j for j in parsed.joints}
-    tip = tip_link or _default_tip(parsed)
-    base = base_link or parsed.root_link
-    if base_link is None and base == 'world':
-        kids = [j.child for j in parsed.joints if j.parent == 'world']
-        base = kids[0] if len(kids) == 1 else base
-    for role, link in (('tip_link', tip), ('base_link', base)):
-        if link not in parsed.links:
-            raise RobotDescriptionError(f"{conv.label}: {role} '{link}' is not a link of the URDF")
     infos = [by_name[n] for n in conv.joint_order]
     return RobotDescription(
         spec=conv.spec,
@@ -604,9 +731,12 @@ def load_robot(urdf: str | os.PathLike, *, package_dirs: dict[str, Path] | None 
         effort_limits=np.array([j.effort for j in infos]),
         kp=conv.kp,
         kv=conv.kv,
-        base_link=base,
-        tip_link=tip,
+        base_link=conv.base_link,
+        tip_link=conv.tip_link,
         source=conv.label,
         joints=tuple(parsed.joints),
         notes=tuple(conv.notes),
+        held_joint_names=tuple(conv.held),
+        held_positions=np.array(conv.held_positions, float),
+        passive_joint_names=tuple(conv.passive),
     )

@@ -30,6 +30,7 @@ __all__ = [
     'ToolError',
     'add_pusher',
     'cell_spec_with_robot',
+    'robot_joint_defaults',
     'parse_robot_name',
     'resolve_robot_urdf',
     'robot_cache_dir',
@@ -48,6 +49,9 @@ ROBOT_NAME_PREFIX = 'example-robot-data:'
 # Short names -> URDF path inside example-robot-data's share directory.
 NAMED_ROBOTS = {
     'ur5': 'robots/ur_description/urdf/ur5_robot.urdf',
+    'panda': 'robots/panda_description/urdf/panda.urdf',      # 7 arm joints + its hand
+    'xarm7': 'robots/xarm_description/urdf/xarm7.urdf',
+    'z1': 'robots/z1_description/urdf/z1.urdf',
 }
 PUSHER_SUFFIX = '+pusher'
 
@@ -89,25 +93,14 @@ def _fmt(values) -> str:
 
 
 def _leaf_tip(root: ET.Element) -> str:
-    """The converter's default tip: leaf at the end of the longest chain from the root."""
-    links = [ln.get('name') for ln in root.findall('link')]
-    children: dict[str, list[str]] = {}
-    kids = set()
-    for j in root.findall('joint'):
-        p, c = j.find('parent'), j.find('child')
-        if p is not None and c is not None:
-            children.setdefault(p.get('link'), []).append(c.get('link'))
-            kids.add(c.get('link'))
-    roots = [ln for ln in links if ln not in kids]
-    if len(roots) != 1:
-        raise ToolError(f'the links must form one tree; root candidates: {roots}')
-    best, best_depth, stack = roots[0], 0, [(roots[0], 0)]
-    while stack:
-        link, depth = stack.pop()
-        if not children.get(link) and depth > best_depth:
-            best, best_depth = link, depth
-        stack.extend((k, depth + 1) for k in reversed(children.get(link, [])))
-    return best
+    """The converter's default tip (core.robot_description): the leaf at the end of the
+    longest chain from the root once a gripper's finger joints are cut off (the hand's TCP
+    link on a Panda, not a finger)."""
+    from .robot_description import RobotDescriptionError, _default_tip, _parse_urdf
+    try:
+        return _default_tip(_parse_urdf(ET.tostring(root, encoding='unicode'), 'URDF', False))
+    except RobotDescriptionError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def add_pusher(urdf: str | os.PathLike, flange: str | None = None, axis=(0.0, 0.0, 1.0), *,
@@ -117,10 +110,12 @@ def add_pusher(urdf: str | os.PathLike, flange: str | None = None, axis=(0.0, 0.
 
     flange: the link the tool is bolted to; default ``tool0`` (the REP 199 flange frame, z out
     of the flange) when the robot has one, else the robot's tip link (end of the longest
-    chain). axis: the tool's direction in the flange frame (default its z). The tool is a new
-    link ``<link_prefix>`` (shaft, ball, 0.2 kg) and the ``tool_tip`` link at the ball's lowest
-    point, ``length`` (0.10 m) along ``axis``: the naming of urdf/cell_arm.urdf, so the
-    converter's default tip link is ``tool_tip``. Relative mesh paths are made absolute
+    chain without gripper fingers: a Panda's ``panda_hand_tcp``, so the pusher sits between
+    its fingers, which stay on the robot and are held). axis: the tool's direction in the
+    flange frame (default its z). The tool is a new link ``<link_prefix>`` (shaft, ball,
+    0.2 kg) and the ``tool_tip`` link at the ball's lowest point, ``length`` (0.10 m) along
+    ``axis``: the naming of urdf/cell_arm.urdf, so the converter's default tip link is
+    ``tool_tip``. Relative mesh paths are made absolute
     (against the file's directory or ``base_dir``); ``package://`` URIs are kept.
     """
     if isinstance(urdf, str) and urdf.lstrip().startswith('<'):
@@ -251,23 +246,56 @@ def ur5_with_pusher_urdf(cache_dir: str | os.PathLike | None = None) -> Path:
     return resolve_robot_urdf(ROBOT_NAME_PREFIX + 'ur5' + PUSHER_SUFFIX, cache_dir)
 
 
+PER_JOINT_FIELDS = ('kp', 'kv', 'joint_damping', 'joint_frictionloss', 'armature')
+
+
+def robot_joint_defaults(robot) -> dict[str, tuple[float, ...]]:
+    """Per-arm-joint values of a cell spec's robot section from ``robot``'s own description:
+    the servo gains its description derives (kp from the effort limits, kv critically damped
+    at the reference inertia; core.robot_description.ActuatorGains) and the joint physics the
+    shipped identification config takes as priors for it (its URDF's <dynamics>, or values
+    scaled with each joint's effort limit)."""
+    from .evaluation.identification import identification_config_path
+    from .sysid.config import load_identification_config
+    conf = load_identification_config(identification_config_path(), robot)
+    priors = {s.name: s.prior for s in conf.specs}
+    out = {'kp': tuple(round(float(v), 4) for v in robot.kp),
+           'kv': tuple(round(float(v), 4) for v in robot.kv)}
+    for fname, fld in (('joint_damping', 'damping'), ('joint_frictionloss', 'frictionloss'),
+                       ('armature', 'armature')):
+        out[fname] = tuple(float(priors[f'joint/{j}/{fld}']) for j in robot.joint_names)
+    return out
+
+
 def cell_spec_with_robot(spec, urdf: str | os.PathLike):
     """``spec`` (a core.cell_spec.CellSpec) with its robot replaced by ``urdf`` (a path or an
     ``example-robot-data:...`` name) starting at that robot's tool-down ready pose
-    (core.tasks.kinematics.ready_pose). The spec's servo gains and joint physics are kept, so
-    they must fit the new robot (the default cell's do for the UR5; config/cells/ur5.yaml has
-    the UR5's own). What ``EmulatedWorld(spec, robot_urdf=urdf)`` lacks: it would start the
-    new robot at the spec's initial_positions, written for the spec's robot."""
+    (core.tasks.kinematics.ready_pose). Per-joint values are rebuilt for the new robot, never
+    carried from the old one: a scalar in the spec (kp: 800.0) stays, applying to every arm
+    joint of the new robot; a per-joint list is replaced by the new robot's own defaults
+    (``robot_joint_defaults``). What ``EmulatedWorld(spec, robot_urdf=urdf)`` lacks: it would
+    start the new robot at the spec's initial_positions, written for the spec's robot."""
     import dataclasses
 
     from .robot_description import load_robot
     from .tasks.kinematics import ready_pose
     name = str(urdf)
     path = resolve_robot_urdf(name) if name.startswith(ROBOT_NAME_PREFIX) else Path(name)
-    q0 = ready_pose(load_robot(path))
-    robot = dataclasses.replace(spec.robot, urdf=str(Path(path).resolve()),
-                                initial_positions=tuple(round(float(q), 6) for q in q0))
-    return dataclasses.replace(spec, robot=robot)
+    robot = load_robot(path)
+    q0 = ready_pose(robot)
+    defaults = None
+    values = {}
+    for fname in PER_JOINT_FIELDS:
+        value = getattr(spec.robot, fname)
+        if np.isscalar(value):
+            values[fname] = value
+            continue
+        defaults = defaults or robot_joint_defaults(robot)
+        values[fname] = defaults[fname]
+    new = dataclasses.replace(spec.robot, urdf=str(Path(path).resolve()),
+                              initial_positions=tuple(round(float(q), 6) for q in q0),
+                              **values)
+    return dataclasses.replace(spec, robot=new)
 
 
 def main(argv=None) -> int:

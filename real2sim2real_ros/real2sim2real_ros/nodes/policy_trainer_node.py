@@ -453,6 +453,11 @@ class PolicyTrainerNode(Node):
         except SceneError as exc:
             raise _Fail(code, str(exc)) from None
 
+    def _start_values_for(self, robot) -> dict:
+        """The twin's starting values, the config's joint templates expanded for ``robot``."""
+        from ..core.sysid.config import load_parameter_values
+        return load_parameter_values(self.p_twin_parameters_file, robot)
+
     def _build(self, robot, task_name, codes, *, scene, parameters=None, parameters_path='',
                task_config=None, start_values=None, friction_prior=None,
                invalid_code=None, failed_code=None):
@@ -467,7 +472,8 @@ class PolicyTrainerNode(Node):
             return build_task_and_twin(
                 robot, task_name, scene=scene, object_id=self._param('object_id'),
                 task_config=task_config,
-                start_values=self._start_values if start_values is None else start_values,
+                start_values=(self._start_values_for(robot) if start_values is None
+                              else start_values),
                 parameters=parameters, parameters_path=parameters_path,
                 timestep=self._param('timestep'),
                 object_friction_prior=(self._param('object_friction_prior')

@@ -200,6 +200,9 @@ class SimServerNode(Node):
         try:
             robot = load_robot(robot_source)
             twin = Twin(robot, scene=self._scene, timestep=self.p_timestep)
+            if self.p_parameters_file:   # joint templates expanded for this robot's arm
+                from ..core.sysid.config import load_parameter_values
+                self._values = load_parameter_values(self.p_parameters_file, robot)
             known = {n: v for n, v in self._values.items() if self._known_name(twin, n)}
             twin.set_parameters(known)
         except (TwinError, ParameterError, ValueError, OSError) as exc:

@@ -302,8 +302,9 @@ class SystemIdentificationNode(Node):
         if len(goal.bag_paths) > MAX_IDENTIFY_BAGS:
             raise _Fail(IR.INVALID_BOUNDS, f'{len(goal.bag_paths)} bag_paths is more than the '
                         f'{MAX_IDENTIFY_BAGS} allowed')
-        config = load_identification_config(self.p_parameters_file)
         robot = self._wait_for_robot()
+        # Joint templates and controller gains expanded for this robot's arm joints.
+        config = load_identification_config(self.p_parameters_file, robot)
         timer = ident.StageTimer()
         settings = ident.FitSettings(self.p_nthread, self.p_max_iter, self.p_fit_restarts,
                                      self.p_fit_method, self.p_timestep)

@@ -93,7 +93,8 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    conf = load_identification_config(identification_config_path(), controller_config)
+    conf = load_identification_config(identification_config_path(), robot,
+                                      controller_config=controller_config)
     settings = fit_settings(cfg)
     timer = ident.StageTimer()
     # Arm probes about the ready pose (executed and recorded as the executor's bag holds).

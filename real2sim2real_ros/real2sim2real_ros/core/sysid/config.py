@@ -2,9 +2,12 @@
 
 Format (config/identification.yaml)::
 
-    controller_config: controllers/default_arm.yaml        # servo gains (ros2_control YAML)
-    known: {actuator/elbow_joint/kp: 2000.0, ...}          # fixed, not identified
+    controller_config: controllers/default_arm.yaml         # servo gains (ros2_control YAML)
+    known: {actuator/elbow_joint/kp: 2000.0, ...}           # more fixed values, not identified
     parameters: [{name, prior, lower, upper[, unit, scale]}, ...]
+    #  templates, per ARM joint of the robot (RobotDescription.joint_names):
+    #  {name: 'joint/*/damping', prior: urdf | effort | <value>, per_effort, urdf_band,
+    #   lower | lower_factor, upper | upper_factor[, unit, scale]}
     objects:                                                # optional: object identification
       parameters: [{name: 'geom/{id}/friction', prior, lower, upper}, ...]   # per scene object
       strike_probes: 3                                      # strike probe executions
@@ -18,6 +21,15 @@ the bounds.
 ``controller_config`` (relative to the config file; core/controller_config.py) gives the
 servo gains, ``actuator/<joint>/kp|kv``, as known values; ``known`` entries override them. A
 caller may name another controller file (the lab's, e.g. the evaluation harness's per cell).
+Only the robot's ARM joints take gains from it; a file that names none of them leaves the
+robot description's servo gains (a note says so), one that names some but not all is an error.
+
+Joint templates (``joint/*/<field>``) are expanded for the robot's arm joints: the arm chain
+from its base to its tool link, never a gripper's fingers or mimic joints (they are held, not
+identified). ``prior: urdf`` takes the URDF's ``<dynamics>`` value of that field (damping;
+friction for frictionloss; armature) when it lies within ``urdf_band`` x ``per_effort`` x the
+joint's effort limit, else ``per_effort`` x effort; ``prior: effort`` always the latter.
+Bounds given as ``lower_factor`` / ``upper_factor`` scale with that prior.
 
 A parameter-set file written by identification (``parameters: [{name, value, lower_95, ...}]``)
 is read by :func:`load_parameter_values` too, so sim_server starts from either.
@@ -37,16 +49,20 @@ from ..parameters import (
     split_name,
 )
 
-__all__ = ['IdentificationConfig', 'load_identification_config', 'load_parameter_values']
+__all__ = ['IdentificationConfig', 'controller_gains', 'expand_parameters',
+           'load_identification_config', 'load_parameter_values']
 
 
 class IdentificationConfig:
     def __init__(self, specs: list[ParameterSpec], known: dict[str, float], source: str = '',
-                 objects: dict | None = None, controller_config: str = ''):
+                 objects: dict | None = None, controller_config: str = '',
+                 robot_name: str = '', notes=()):
         self.specs = specs
         self.known = known
         self.source = source
         self.controller_config = controller_config
+        self.robot_name = robot_name     # the robot the joint templates were expanded for
+        self.notes = list(notes)
         objects = objects or {}
         self.object_templates: list[dict] = list(objects.get('parameters') or [])
         self.strike_probes = int(objects.get('strike_probes', 3))
@@ -123,13 +139,12 @@ def _controller_path(data: dict, path, controller_config=None) -> str:
     return str(p if p.is_absolute() else Path(path).parent / p)
 
 
-def _known(data: dict, path, controller_config=None) -> dict[str, float]:
-    from ..controller_config import load_servo_gains
+def _known(data: dict, path) -> dict[str, float]:
+    """The literal ``known:`` values (the controller file's gains: :func:`_known_for`)."""
     known = data.get('known') or {}
     if not isinstance(known, dict):
         raise ParameterError(f'{path}: known must map parameter names to values')
-    ctrl = _controller_path(data, path, controller_config)
-    out = load_servo_gains(ctrl) if ctrl else {}
+    out = {}
     for name, value in known.items():
         split_name(name)
         try:
@@ -141,9 +156,135 @@ def _known(data: dict, path, controller_config=None) -> dict[str, float]:
     return out
 
 
-def load_identification_config(path, controller_config=None) -> IdentificationConfig:
-    """``controller_config``: a controller YAML instead of the file's own. Raises
-    ParameterError (InvalidBoundsError, UnknownParameterError for bad names)."""
+_TEMPLATE_FIELDS = {'name', 'prior', 'lower', 'upper', 'unit', 'scale', 'per_effort',
+                    'urdf_band', 'lower_factor', 'upper_factor'}
+_URDF_FIELD = {'damping': 'damping', 'frictionloss': 'friction', 'armature': 'armature'}
+
+
+def _is_template(item) -> bool:
+    return isinstance(item, dict) and '*' in str(item.get('name', ''))
+
+
+def _num(value, what: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ParameterError(f'{what}={value!r} is not a number') from None
+    if not math.isfinite(v):
+        raise ParameterError(f'{what} is not finite')
+    return v
+
+
+def _expand_template(t: dict, robot, path) -> list[ParameterSpec]:
+    name = str(t['name'])
+    kind, el, fld = (name.split('/', 2) + ['', ''])[:3]
+    if kind != 'joint' or el != '*' or not fld or '*' in fld:
+        raise ParameterError(f"{path}: template {name!r}: only 'joint/*/<field>' templates "
+                             f'exist (one per arm joint)')
+    extra = sorted(set(t) - _TEMPLATE_FIELDS)
+    if extra:
+        raise ParameterError(f'{path}: {name}: unknown field(s) {extra}; known '
+                             f'{sorted(_TEMPLATE_FIELDS)}')
+    prior = t.get('prior')
+    if prior is None:
+        raise ParameterError(f'{path}: {name}: missing field prior')
+    band = t.get('urdf_band', (0.0, math.inf))
+    if not isinstance(band, (list, tuple)) or len(band) != 2:
+        raise ParameterError(f'{path}: {name}: urdf_band must be [low, high]')
+    band = (_num(band[0], f'{name} urdf_band'), float(band[1]))
+    out = []
+    for joint in robot.joint_names:
+        info = robot.arm_joint(joint)
+        what = f"{path}: {name} for joint '{joint}'"
+        scaled = None
+        if 'per_effort' in t:
+            if not math.isfinite(info.effort):
+                raise ParameterError(f'{what}: per_effort needs the joint\'s effort limit, '
+                                     f'which its URDF does not give')
+            scaled = _num(t['per_effort'], f'{name} per_effort') * info.effort
+        if prior == 'urdf':
+            if fld not in _URDF_FIELD:
+                raise ParameterError(f"{what}: prior 'urdf' exists for {sorted(_URDF_FIELD)}")
+            value = float(getattr(info, _URDF_FIELD[fld]))
+            if scaled is not None and not band[0] * scaled <= value <= band[1] * scaled:
+                value = scaled
+        elif prior == 'effort':
+            if scaled is None:
+                raise ParameterError(f"{what}: prior 'effort' needs per_effort")
+            value = scaled
+        else:
+            value = _num(prior, f'{name} prior')
+        value = float(f'{value:.6g}')
+        d = {'name': f'joint/{joint}/{fld}', 'prior': value}
+        for side in ('lower', 'upper'):
+            if side in t:
+                d[side] = _num(t[side], f'{name} {side}')
+            elif f'{side}_factor' in t:
+                d[side] = float(f"{_num(t[f'{side}_factor'], name) * value:.6g}")
+            else:
+                raise ParameterError(f'{path}: {name}: give {side} or {side}_factor')
+        for key in ('unit', 'scale'):
+            if key in t:
+                d[key] = t[key]
+        out.append(ParameterSpec.from_dict(d))
+    return out
+
+
+def expand_parameters(items, robot, path='') -> list[ParameterSpec]:
+    """The declared parameters with every ``joint/*/<field>`` template expanded, in place, for
+    ``robot``'s arm joints (a core.robot_description.RobotDescription)."""
+    if not isinstance(items, list):
+        raise ParameterError(f'{path}: parameters must be a list')
+    out: list = []
+    for item in items:
+        if _is_template(item):
+            out.extend(_expand_template(item, robot, path))
+        else:
+            out.append(item)
+    return load_parameter_specs(out)
+
+
+def controller_gains(path, joint_names) -> dict[str, float]:
+    """Known servo gains of ``joint_names`` from a ros2_control controller file
+    (core/controller_config.py): {} when the file names none of them; ParameterError when it
+    names some but not all."""
+    from ..controller_config import load_servo_gains
+    every = load_servo_gains(path)
+    have = {n.split('/')[1] for n in every}
+    covered = [j for j in joint_names if j in have]
+    if not covered:
+        return {}
+    missing = [j for j in joint_names if j not in have]
+    if missing:
+        raise ParameterError(f'{path}: controller gains for {covered} but not for the arm '
+                             f'joint(s) {missing}')
+    return load_servo_gains(path, list(joint_names))
+
+
+def _default_robot():
+    from ..robot_description import default_cell_urdf, load_robot
+    return load_robot(default_cell_urdf())
+
+
+def _known_for(data: dict, path, robot, controller_config=None):
+    known, notes = {}, []
+    ctrl = _controller_path(data, path, controller_config)
+    if ctrl:
+        known.update(controller_gains(ctrl, list(robot.joint_names)))
+        if not known:
+            notes.append(f'{ctrl} names none of the arm joints of {robot.name}: the '
+                         f"servo gains stay the robot description's")
+    known.update(_known(data, path))
+    return known, notes
+
+
+def load_identification_config(path, robot=None,
+                               controller_config=None) -> IdentificationConfig:
+    """Raises ParameterError (InvalidBoundsError, UnknownParameterError for bad names).
+
+    ``robot``: the RobotDescription the joint templates and controller gains are for (None:
+    the default cell arm). ``controller_config``: a controller YAML instead of the file's
+    own."""
     data = _read(path)
     objects = data.get('objects') or {}
     if not isinstance(objects, dict):
@@ -160,14 +301,21 @@ def load_identification_config(path, controller_config=None) -> IdentificationCo
         if probe.get('prior') == 'scene':
             probe['prior'] = probe.get('lower')
         ParameterSpec.from_dict(probe)       # validates bounds and fields now
-    return IdentificationConfig(load_parameter_specs(data.get('parameters') or []),
-                                _known(data, path, controller_config), str(path), objects,
-                                _controller_path(data, path, controller_config))
+    robot = robot if robot is not None else _default_robot()
+    specs = expand_parameters(list(data.get('parameters') or []), robot, path)
+    known, notes = _known_for(data, path, robot, controller_config)
+    return IdentificationConfig(specs, known, str(path), objects,
+                                _controller_path(data, path, controller_config), robot.name,
+                                notes)
 
 
-def load_parameter_values(path) -> dict[str, float]:
-    """{name: value} from an identification config (known + priors) or a parameter set."""
+def load_parameter_values(path, robot=None) -> dict[str, float]:
+    """{name: value} from an identification config (known + priors, its templates expanded
+    for ``robot``, None = the default cell arm) or a parameter set."""
     data = _read(path)
+    if data.get('controller_config') or any(_is_template(i)
+                                            for i in data.get('parameters') or []):
+        return load_identification_config(path, robot).start_values()
     values = _known(data, path)
     for item in data.get('parameters') or []:
         if not isinstance(item, dict) or 'name' not in item:

@@ -8,7 +8,10 @@ at the origin), never on a twin, so the same joint targets go to a twin and to a
 The ready pose is ``READY_POSE`` for the default cell arm. For any other arm (e.g. the UR5 with
 the pusher from core/tools.py) ``ready_pose`` derives one: the tool tip at ``READY_TIP`` with
 the tool pointing straight down, solved from a few seeds and picked for reaching the tasks'
-workspace on the table without any link going below it.
+workspace on the table without any link going below it. Redundant arms (7-DoF: Panda, xArm7)
+use their extra freedom to stay near the ready pose (the middle of the joint ranges for the
+ready pose itself), within the joint limits. An arm whose reach does not cover the task region
+gets one error line saying what the tasks need and where the table would have to be.
 """
 from __future__ import annotations
 
@@ -60,12 +63,26 @@ class ToolDownIK:
     def tip_position(self, q) -> np.ndarray:
         return self.fk(q)[0]
 
-    def solve(self, target, q_seed=None, tol: float = 1e-4, max_iter: int = 100) -> np.ndarray:
-        """Joint positions putting the tip at ``target`` (m) with the tool pointing down."""
+    def solve(self, target, q_seed=None, tol: float = 1e-4, max_iter: int | None = None,
+              null_gain: float = 0.2) -> np.ndarray:
+        """Joint positions putting the tip at ``target`` (m) with the tool pointing down.
+
+        On a redundant arm (more than 6 arm joints) the null space of the task pulls the
+        joints towards the seed (``null_gain`` per iteration; the ready pose when no seed is
+        given, and a path is seeded point by point from it) and every iterate stays within the
+        joint limits: the self-motion is the least change from the seed, so paths are
+        continuous and the arm keeps its elbow where the ready pose has it (where
+        that pull stalls short of the target, near a singularity, the plain damped least
+        squares finishes from there)."""
         target = np.asarray(target, float)
         q = (self.q_ready if q_seed is None else np.asarray(q_seed, float)).copy()
+        home = q.copy()
         m, d = self.model, self.data
         jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+        redundant = len(q) > 6
+        if max_iter is None:
+            max_iter = 400 if redundant else 100
+        lo, hi = self.robot.lower, self.robot.upper
         err = np.inf
         for _ in range(max_iter):
             pos, rot = self.fk(q)
@@ -76,14 +93,38 @@ class ToolDownIK:
             mujoco.mju_mat2Quat(quat, r_err.ravel())
             e_rot = np.zeros(3)
             mujoco.mju_quat2Vel(e_rot, quat, 1.0)
+            if redundant:
+                # The pusher is round: only its axis (tip z) is a task; the roll about it is
+                # free, one more freedom away from the wrist's singularity.
+                z, z_goal = rot[:, 2], self.rot_ready[:, 2]
+                e_rot = np.cross(z, z_goal)
             e = np.concatenate([e_pos, e_rot])
             err = float(np.linalg.norm(e_pos)) + 0.1 * float(np.linalg.norm(e_rot))
-            if err < tol:
+            if err < tol and not redundant:
                 break
             mujoco.mj_jacBody(m, d, jacp, jacr, self._tip)
+            if redundant:
+                jacr = (np.eye(3) - np.outer(z, z)) @ jacr
             J = np.vstack([jacp, jacr])[:, self._dadr]
-            dq = J.T @ np.linalg.solve(J @ J.T + self.damping * np.eye(6), e)
-            q = q + dq
+            J_pinv = J.T @ np.linalg.inv(J @ J.T + self.damping * np.eye(6))
+            dq = J_pinv @ e
+            if redundant:   # exact null-space projector: the pull leaves the tip alone
+                null = np.eye(len(q)) - np.linalg.pinv(J, rcond=1e-4) @ J
+                pull = null @ (null_gain * (home - q))
+                # Small self-motion steps: their second-order effect on the tip stays below
+                # what one task step removes (large ones stall short of the target).
+                big = np.abs(pull).max()
+                if big > 0.01:
+                    pull *= 0.01 / big
+                if err < tol and np.abs(pull).max() < 1e-4:   # on target, self-motion done
+                    break
+                q = np.clip(q + dq + pull, lo, hi)
+            else:
+                q = q + dq
+        if err > 10 * tol and redundant and null_gain > 0:
+            # Near a singularity the pull and the damped task step can balance short of the
+            # target: the plain damped least squares finishes from where it stalled.
+            return self.solve(target, q, tol, max_iter, null_gain=0.0)
         if err > 10 * tol:
             raise IKError(f'IK did not reach tip target {np.round(target, 4).tolist()} '
                           f'(residual {err:.4f})')
@@ -120,10 +161,17 @@ def _wrap(q, lower, upper) -> np.ndarray:
     return np.where((w >= lower) & (w <= upper), w, q)
 
 
+def _mid_range(robot: RobotDescription) -> np.ndarray:
+    """The middle of each joint's range (within +-pi): 0 for symmetric limits."""
+    return (np.maximum(robot.lower, -np.pi) + np.minimum(robot.upper, np.pi)) / 2
+
+
 def _axis_ik(ik: ToolDownIK, target, q, iters: int = 300) -> tuple[np.ndarray, float]:
     """Tip at ``target`` with the tool axis (tip z) pointing down; the rotation about that axis
-    is free and used, with any other redundancy, to pull the joints towards zero."""
+    is free and used, with any other redundancy, to pull the joints towards the middle of
+    their ranges (zero for symmetric limits)."""
     m, robot = ik.model, ik.robot
+    mid = _mid_range(robot)
     jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
     down = np.array([0.0, 0.0, -1.0])
     eye = np.eye(len(q))
@@ -140,7 +188,7 @@ def _axis_ik(ik: ToolDownIK, target, q, iters: int = 300) -> tuple[np.ndarray, f
         step = np.abs(dq).max()
         if step > 0.5:
             dq *= 0.5 / step
-        dq += (eye - J_pinv @ J) @ (-0.05 * _wrap(q, robot.lower, robot.upper))
+        dq += (eye - J_pinv @ J) @ (-0.05 * (_wrap(q, robot.lower, robot.upper) - mid))
         q = q + dq
         if err < 1e-7 and np.abs(dq).max() < 1e-7:
             break
@@ -170,9 +218,11 @@ def ready_pose(robot: RobotDescription, target=READY_TIP, n_seeds: int = 16,
     pointing straight down. READY_POSE when it is one (the default cell arm: unchanged);
     otherwise solved from ``n_seeds`` deterministic seeds, keeping the solution that reaches
     most of the tasks' table workspace with no link below the table, then the one with the
-    smallest joint angles (the "front" branch rather than one reaching over the shoulder).
+    smallest joint angles from the middle of their ranges (the "front" branch rather than one
+    reaching over the shoulder).
     The tool axis is the tip link's z (as on tool0 / tool_tip, core.tools.add_pusher).
-    Cached per kinematic model. Raises IKError when no seed gives one. ``ik``: a ToolDownIK
+    Cached per kinematic model. Raises IKError when no seed gives one, with what the tasks
+    need and what the arm reaches (``reach_report``). ``ik``: a ToolDownIK
     of ``robot`` to compute with (only its kinematics are used).
     """
     target = np.asarray(target, float)
@@ -197,11 +247,63 @@ def ready_pose(robot: RobotDescription, target=READY_TIP, n_seeds: int = 16,
                     any(np.abs(q - f).max() < 1e-3 for f in found):
                 continue
             found.append(q)
-            rank = (_workspace_score(robot, q), -float(np.linalg.norm(q)))
+            rank = (_workspace_score(robot, q), -float(np.linalg.norm(q - _mid_range(robot))))
             if rank[0] >= 0 and (best_key is None or rank > best_key):
                 best, best_key = q, rank
         if best is None:
             raise IKError(f'{robot.name}: no tool-down ready pose with the tip at '
-                          f'{target.round(3).tolist()} (give ToolDownIK a q_ready)')
+                          f'{target.round(3).tolist()}: {reach_report(robot, ik)}')
+        if best_key[0] < len(_WORKSPACE) // 2:
+            raise IKError(f'{robot.name}: its tool-down ready pose reaches only {best_key[0]} '
+                          f'of the {len(_WORKSPACE)} task workspace points: '
+                          f'{reach_report(robot, ik)}')
         _READY_CACHE[key] = best
     return _READY_CACHE[key].copy()
+
+
+def _tool_down_span(ik: ToolDownIK, z: float, xs) -> tuple[float, float] | None:
+    """The x range (m, base frame, y = 0) over which the tip reaches tool-down at height z,
+    swept outwards and inwards from the first reachable x, each solve seeded by the last."""
+    robot = ik.robot
+    lo, hi = np.maximum(robot.lower, -np.pi), np.minimum(robot.upper, np.pi)
+    rng = np.random.default_rng(1)
+    seeds = [np.clip(_mid_range(robot), lo, hi)] + [rng.uniform(lo, hi) for _ in range(5)]
+    ok = []
+    for x in xs:
+        for seed in seeds:
+            q, err = _axis_ik(ik, (x, 0.0, z), seed, iters=200)
+            if err < 1e-4 and robot.within_limits(q):
+                ok.append(x)
+                seeds = [q] + seeds[:5]
+                break
+    return (min(ok), max(ok)) if ok else None
+
+
+def reach_report(robot: RobotDescription, ik: ToolDownIK | None = None) -> str:
+    """One line: the tool-down reach the tasks need, what ``robot`` has, and the table
+    placement (distance of the task region from the robot base) that would do."""
+    if ik is None:
+        ik = ToolDownIK(robot, np.clip(np.zeros(robot.n_joints), robot.lower, robot.upper))
+    ws = np.array(_WORKSPACE + [READY_TIP])
+    x0, x1 = float(ws[:, 0].min()), float(ws[:, 0].max())
+    y1 = float(np.abs(ws[:, 1]).max())
+    z0, z1 = float(ws[:, 2].min()), float(ws[:, 2].max())
+    need = float(np.linalg.norm(ws, axis=1).max())
+    xs = np.arange(0.05, 1.5, 0.05)
+    spans = {z: _tool_down_span(ik, z, xs) for z in (z0, z1)}
+    head = (f'the tasks need the tool tip pointing down over x {x0:.2f}..{x1:.2f} m, '
+            f'y +-{y1:.2f} m, z {z0:.3f}..{z1:.2f} m of the robot base (up to {need:.2f} m '
+            f'from it)')
+    if any(s is None for s in spans.values()):
+        return head + '; this arm reaches no tool-down point at one of those heights'
+    a = max(s[0] for s in spans.values())
+    b = min(s[1] for s in spans.values())
+    have = ', '.join(f'x {s[0]:.2f}..{s[1]:.2f} m at z {z:.3f} m' for z, s in spans.items())
+    if b - a < x1 - x0:
+        return (head + f'; tool-down this arm reaches {have} (y = 0): a span of {b - a:.2f} m '
+                f'at both heights, shorter than the {x1 - x0:.2f} m the tasks use, so no '
+                f'table placement would do')
+    shift = a - x0 if a > x0 else b - x1
+    where = 'farther from' if shift > 0 else 'nearer to'
+    return (head + f'; tool-down this arm reaches {have} (y = 0): place the table so the task '
+            f'region starts at x = {x0 + shift:.2f} m, {abs(shift):.2f} m {where} the base')

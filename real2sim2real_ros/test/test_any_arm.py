@@ -1,0 +1,237 @@
+"""Any arm through the loop (issue 21): joints by role from the URDF, the identification config
+per role, tool-down IK on 7-DoF arms, the reach error, cells rebuilt for another robot.
+
+Robots: example-robot-data's Panda (7 arm joints + its two fingers, one a mimic), xArm7
+(joint1..joint7), UR5, and the default cell arm."""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
+from real2sim2real_ros.core.emulated_world import EmulatedWorld
+from real2sim2real_ros.core.evaluation.identification import identification_config_path
+from real2sim2real_ros.core.parameters import ParameterError
+from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
+from real2sim2real_ros.core.sysid.config import (
+    controller_gains,
+    load_identification_config,
+    load_parameter_values,
+)
+from real2sim2real_ros.core.sysid.probes import multisine_probe
+from real2sim2real_ros.core.tasks.kinematics import (
+    _WORKSPACE,
+    READY_TIP,
+    IKError,
+    ToolDownIK,
+    ready_pose,
+)
+from real2sim2real_ros.core.tools import (
+    add_pusher,
+    cell_spec_with_robot,
+    resolve_robot_urdf,
+    robot_joint_defaults,
+)
+
+CELLS = default_cell_spec_path().rsplit('/', 1)[0]
+ARM = {
+    'panda': tuple(f'panda_joint{i}' for i in range(1, 8)),
+    'xarm7': tuple(f'joint{i}' for i in range(1, 8)),
+    'ur5': ('shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint',
+            'wrist_2_joint', 'wrist_3_joint'),
+}
+
+
+@pytest.fixture(scope='module')
+def arms():
+    out = {n: load_robot(resolve_robot_urdf(f'example-robot-data:{n}+pusher')) for n in ARM}
+    out['default'] = load_robot(default_cell_urdf())
+    return out
+
+
+def test_joints_by_role(arms):
+    panda = arms['panda']
+    assert panda.joint_names == ARM['panda'] and panda.tip_link == 'tool_tip'
+    assert panda.held_joint_names == ('panda_finger_joint1',)
+    assert panda.passive_joint_names == ('panda_finger_joint2',)     # mimics finger 1
+    assert panda.joint_roles()['panda_finger_joint1'] == 'held'
+    assert len(panda.lower) == len(panda.kp) == len(panda.effort_limits) == 7
+    np.testing.assert_array_equal(panda.held_positions, [0.0])
+    # The pusher sits between the fingers, on the hand's TCP (no tool0 on a Panda).
+    assert re.search(r'<parent link="panda_hand_tcp" ?/>\s*<child link="pusher"', add_pusher(
+        resolve_robot_urdf('example-robot-data:panda')))
+    for name in ('xarm7', 'ur5'):
+        assert arms[name].joint_names == ARM[name]
+        assert arms[name].held_joint_names == () and arms[name].tip_link == 'tool_tip'
+    assert arms['default'].joint_names == ARM['ur5'] and arms['default'].held_joint_names == ()
+    # A bare Panda (no tool): the tip is its TCP, not a finger.
+    bare = load_robot(resolve_robot_urdf('example-robot-data:panda'))
+    assert bare.tip_link == 'panda_hand_tcp' and bare.joint_names == ARM['panda']
+    # Z1: its gripper joint is held, not an arm joint.
+    z1 = load_robot(resolve_robot_urdf('example-robot-data:z1'))
+    assert z1.joint_names == tuple(f'joint{i}' for i in range(1, 7))
+    assert z1.held_joint_names == ('jointGripper',)
+
+
+def test_probes_and_cell_keep_the_fingers_out(arms):
+    """A probe excites the 7 arm joints; on the Panda cell the fingers stay where they are
+    while the arm moves (the issue's ProbeError came from probing the finger)."""
+    panda = arms['panda']
+    spec = load_cell_spec(f'{CELLS}/panda.yaml')
+    world = EmulatedWorld(spec)
+    try:
+        assert list(world.joint_names) == list(ARM['panda'])
+        q0 = world.joint_positions()
+        probe = multisine_probe(panda.joint_names, q0, panda.lower, panda.upper,
+                                panda.velocity_limits, duration=1.5, amplitude=0.2,
+                                velocity_fraction=0.3, seed=0)
+        assert probe.joint_names == list(ARM['panda'])
+        from real2sim2real_ros.core.joint_trajectory import JointTrajectoryCommand
+        world.set_trajectory(JointTrajectoryCommand(probe.joint_names, probe.times,
+                                                    probe.positions, probe.velocities))
+        fingers = []
+        with world.truth.open('test: the held fingers'):
+            import mujoco
+            m, d = world.model, world.data
+            adr = [m.jnt_qposadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, 'robot/' + j)]
+                   for j in ('panda_finger_joint1', 'panda_finger_joint2')]
+            moved = 0.0
+            for _ in range(40):
+                world.step_for(0.04)
+                fingers.append(d.qpos[adr].copy())
+                moved = max(moved, np.abs(world.joint_positions() - q0).max())
+        assert moved > 0.01                              # the arm did move
+        assert np.abs(np.array(fingers)).max() < 2e-3    # the fingers held closed (m)
+    finally:
+        world.close()
+
+
+# The default arm's parameter set before the per-role config (main at a0dc995): names,
+# priors, bounds, scales, in order.
+_J = ARM['ur5']
+_OLD = ([(f'joint/{j}/damping', p, 0.0, 4 * p, p) for j, p in zip(_J, [0.5] * 3 + [0.1] * 3)]
+        + [('global/command_latency', 0.01, 0.0, 0.06, 0.01),
+           ('global/gravity_compensation', 1.0, 0.8, 1.1, 0.1)]
+        + [(f'joint/{j}/frictionloss', p, 0.0, 4 * p, p)
+           for j, p in zip(_J, [0.3] * 3 + [0.05] * 3)]
+        + [(f'joint/{j}/armature', p, 0.0, 4 * p, p) for j, p in zip(_J, [0.1] * 3 + [0.02] * 3)])
+_OLD_KNOWN = {**{f'actuator/{j}/kp': v for j, v in zip(_J, [2500, 2500, 2000, 400, 400, 300])},
+              **{f'actuator/{j}/kv': v for j, v in zip(_J, [90, 90, 70, 12, 12, 8])}}
+
+
+def test_default_arm_expands_to_the_parameter_set_it_always_had(arms):
+    for robot in (None, arms['default']):
+        conf = load_identification_config(identification_config_path(), robot)
+        got = [(s.name, s.prior, s.lower, s.upper, s.scale) for s in conf.specs]
+        assert len(got) == len(_OLD)
+        for g, o in zip(got, _OLD):
+            assert g[0] == o[0]
+            np.testing.assert_allclose(g[1:], o[1:], rtol=1e-12, err_msg=o[0])
+        assert conf.known == pytest.approx(_OLD_KNOWN)
+    values = load_parameter_values(identification_config_path())
+    assert values['joint/elbow_joint/damping'] == 0.5 and values['actuator/elbow_joint/kp'] == 2000
+
+
+@pytest.mark.parametrize('name', ['panda', 'xarm7'])
+def test_identification_config_per_role_on_other_arms(arms, name):
+    robot = arms[name]
+    conf = load_identification_config(identification_config_path(), robot)
+    joints = {s.name.split('/')[1] for s in conf.specs if s.name.startswith('joint/')}
+    assert joints == set(ARM[name])                # arm joints only: no finger
+    assert conf.known == {}                        # default_arm.yaml names none of its joints
+    assert conf.notes and 'none of the arm joints' in conf.notes[0]
+    for j, effort in zip(robot.joint_names, robot.effort_limits):
+        damping = next(s for s in conf.specs if s.name == f'joint/{j}/damping')
+        # Panda's URDF says 0.003, xArm7's 10 / 5 / 2 (Gazebo tunings): outside the plausible
+        # band, so the prior scales with the joint's effort; bounds with the prior.
+        assert damping.prior == pytest.approx(0.0035 * effort)
+        assert damping.upper == pytest.approx(4 * damping.prior) and damping.lower == 0.0
+    # Every shipped cell's truth lies within the bounds the config gives its robot.
+    spec = load_cell_spec(f'{CELLS}/{name}.yaml')
+    truth = spec.hidden_truth(list(robot.joint_names))
+    for s in conf.specs:
+        if s.name in truth:
+            assert s.lower <= truth[s.name] <= s.upper, s.name
+
+
+def test_controller_gains_keyed_by_the_robots_joint_names(tmp_path):
+    path = tmp_path / 'ctrl.yaml'
+    path.write_text('arm_controller:\n  ros__parameters:\n    gains:\n'
+                    '      joint1: {p: 100.0, d: 5.0}\n      joint2: {p: 200.0, d: 6.0}\n')
+    assert controller_gains(path, ['joint1', 'joint2']) == {
+        'actuator/joint1/kp': 100.0, 'actuator/joint1/kv': 5.0,
+        'actuator/joint2/kp': 200.0, 'actuator/joint2/kv': 6.0}
+    assert controller_gains(path, ['a', 'b']) == {}
+    with pytest.raises(ParameterError, match=r"not for the arm joint\(s\) \['joint3'\]"):
+        controller_gains(path, ['joint1', 'joint2', 'joint3'])
+
+
+@pytest.mark.parametrize('name', ['panda', 'xarm7'])
+def test_seven_dof_tool_down_ik_keeps_the_null_space_near_the_ready_pose(arms, name):
+    robot = arms[name]
+    q_ready = ready_pose(robot)
+    spec = load_cell_spec(f'{CELLS}/{name}.yaml')
+    np.testing.assert_allclose(spec.robot.initial_positions, q_ready, atol=1e-4)
+    ik = ToolDownIK(robot, q_ready)
+    tip, rot = ik.fk(q_ready)
+    np.testing.assert_allclose(tip, READY_TIP, atol=1e-4)
+    assert rot[:, 2] @ [0, 0, -1] > 0.9999 and robot.within_limits(q_ready)
+    for p in _WORKSPACE:
+        q = ik.solve(p)
+        pos, rot = ik.fk(q)
+        assert np.linalg.norm(pos - p) < 1e-3 and robot.within_limits(q)
+        np.testing.assert_allclose(rot[:, 2], ik.rot_ready[:, 2], atol=1e-3)   # axis: down
+        # The self-motion is the least change from the seed: seeded by a solution, the IK
+        # stays on it (no jump to another null-space branch) and lands within the limits.
+        again = ik.solve(np.add(p, [0.005, 0.0, 0.0]), q)
+        assert np.abs(again - q).max() < 0.3 and robot.within_limits(again)   # a branch: ~1 rad
+    # A straight 10 cm path seeded point by point: continuous joint motion.
+    path = ik.solve_path([[0.45 + s, 0.1, 0.02] for s in np.linspace(0, 0.1, 51)])
+    assert np.abs(np.diff(path, axis=0)).max() < 0.05
+
+
+def _small_arm() -> str:
+    """The default cell arm shrunk to 35% (reach about 0.3 m): it cannot do the tasks."""
+    root = ET.parse(default_cell_urdf()).getroot()
+    for origin in root.iter('origin'):
+        xyz = [0.35 * float(v) for v in origin.get('xyz', '0 0 0').split()]
+        origin.set('xyz', ' '.join(f'{v:.6g}' for v in xyz))
+    root.set('name', 'small_arm')
+    return ET.tostring(root, encoding='unicode')
+
+
+def test_an_arm_that_cannot_reach_gets_one_clear_line():
+    robot = load_robot(_small_arm())
+    with pytest.raises(IKError) as err:
+        ready_pose(robot)
+    text = str(err.value)
+    print(text)
+    assert '\n' not in text and text.startswith('small_arm: ')
+    assert 'the tasks need the tool tip pointing down over x 0.30..0.70 m' in text
+    assert re.search(r'up to 0\.\d\d m from it', text)
+    assert 'table' in text and ('no table placement' in text or 'place the table' in text
+                                or 'reaches no tool-down point' in text)
+
+
+def test_cell_spec_with_robot_rebuilds_per_joint_values(arms):
+    default = load_cell_spec(default_cell_spec_path())
+    swapped = cell_spec_with_robot(default, 'example-robot-data:panda+pusher')
+    defaults = robot_joint_defaults(arms['panda'])
+    for field in ('kp', 'kv', 'joint_damping', 'joint_frictionloss', 'armature'):
+        value = getattr(swapped.robot, field)
+        assert len(value) == 7 and tuple(value) == defaults[field], field
+    assert len(swapped.robot.initial_positions) == 7
+    # Scalars stay scalars, for every joint of the new robot.
+    import dataclasses
+    scalar = dataclasses.replace(default, robot=dataclasses.replace(default.robot, kp=900.0))
+    assert cell_spec_with_robot(scalar, 'example-robot-data:xarm7+pusher').robot.kp == 900.0
+    world = EmulatedWorld(swapped)          # the issue's 'has 6 values, the robot has 8'
+    try:
+        assert list(world.joint_names) == list(ARM['panda'])
+        world.step_for(0.3)
+        assert np.abs(world.joint_positions() - world.initial_positions).max() < 5e-3
+    finally:
+        world.close()
