@@ -385,8 +385,15 @@ def live(emulated_bringup):
     js = cmd.joint_state(timeout=20)
     robot = load_robot(default_cell_urdf())
     order = [list(robot.joint_names).index(n) for n in js.name]
-    params = cmd.get_physical_parameters().parameters
-    damping = [p.name for p in params if p.name.endswith('/damping')]
+    # sim_server lists its parameters once it has the robot description: on a fresh clone's
+    # first bringup that can come well after the graph is up.
+    deadline = time.monotonic() + 60.0
+    while True:
+        params = cmd.get_physical_parameters().parameters
+        damping = [p.name for p in params if p.name.endswith('/damping')]
+        if damping or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert damping, [p.name for p in params]
     arm_or_fail(cmd, wait=30)
     from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec

@@ -128,7 +128,7 @@ def main(cells=('default', 'drake_default')) -> dict:
     out = {}
     for name in cells:
         spec = load_cell_spec(str(Path(default_cell_spec_path()).parent / f'{name}.yaml'))
-        print(f'cell {name} (engine {spec.engine})')
+        print(f'cell {name}')
         arm = arm_gap(robot, spec)
         for r in arm['replay_true_values']:
             print(f"  arm {r['probe']} replayed with the true values: RMS "
@@ -145,5 +145,5 @@ def main(cells=('default', 'drake_default')) -> dict:
             print(f"    {fr['object']} friction {fr['value']:.3f} [{fr['lower_95']:.3f}, "
                   f"{fr['upper_95']:.3f}] (cell: dynamic {fr['dynamic_truth']:.3f}{st})"
                   f"{'' if fr['identified'] else ' not identified'}")
-        out[name] = {'engine': spec.engine, 'arm': arm, 'objects': obj}
+        out[name] = {'cell_spec': spec.source_path, 'arm': arm, 'objects': obj}
     return out
