@@ -57,21 +57,104 @@ def known_gains(world) -> dict[str, float]:
     return out
 
 
-def identify_arm(world, robot, cfg, out_dir: Path):
+PROBE_CLEARANCE = 0.03      # m: every arm link this far from every object and the table
+PROBE_AMPLITUDES = (0.35, 0.25, 0.18, 0.12)   # rad, tried in turn until a probe is clear
+PROBE_SEEDS_PER_AMPLITUDE = 3
+
+
+def probe_clearance(scene_twin, probe, q_start, margin: float = PROBE_CLEARANCE,
+                    rate: float = 50.0) -> float:
+    """The smallest distance (m, capped at ``margin``) between a robot geom and anything
+    else in the reconstructed scene (its table and every object) along ``probe``'s
+    reference from ``q_start``: kinematic, on the scene the reconstruction wrote."""
+    traj = scene_twin._reference(np.asarray(q_start, float), probe.times, probe.positions,
+                                 probe.velocities)
+    t = np.arange(0.0, float(probe.times[-1]) + 1e-9, 1.0 / rate)
+    q, _ = scene_twin._sample(traj, t)
+    return clearance_along(scene_twin, q, margin)
+
+
+def clearance_along(scene_twin, qs, margin: float = PROBE_CLEARANCE) -> float:
+    """The smallest robot-to-scene distance (m, capped at ``margin``) over joint positions
+    ``qs`` (N, J)."""
+    import mujoco
+    m = scene_twin.model
+    d = mujoco.MjData(m)
+    # The robot: every body but the world (the table) and the scene's objects.
+    robot = {b for b in range(1, m.nbody) if not m.body(b).name.startswith('object/')}
+    saved = m.geom_margin.copy()
+    m.geom_margin[:] = margin
+    try:
+        best = margin
+        for qk in np.atleast_2d(np.asarray(qs, float)):
+            d.qpos[:] = m.qpos0
+            d.qpos[scene_twin._qadr] = qk
+            mujoco.mj_forward(m, d)
+            for c in d.contact[:d.ncon]:
+                b1, b2 = int(m.geom_bodyid[c.geom1]), int(m.geom_bodyid[c.geom2])
+                if (b1 in robot) != (b2 in robot):
+                    best = min(best, float(c.dist))
+        return best
+    finally:
+        m.geom_margin[:] = saved
+
+
+def plan_arm_probes(robot, center, n: int, duration: float, scene_path: str | None):
+    """``n`` multisine probes about ``center``, each planned clear of every reconstructed
+    object and the table by PROBE_CLEARANCE (smaller amplitudes, other seeds, until clear).
+    Returns (probes, record). CellEnded ARM_PROBES_BLOCKED when no probe is clear."""
+    from .reasons import CellEnded
+    scene = None
+    if scene_path:
+        from ..twin import Twin
+        scene = Twin(robot, scene_path)
+    probes, record, seed = [], [], 0
+    # Clear by PROBE_CLEARANCE, or (an arm that rests nearer, e.g. a high table) never
+    # nearer than at rest.
+    need = PROBE_CLEARANCE
+    if scene is not None:
+        need = min(PROBE_CLEARANCE, clearance_along(scene, center))
+    for _ in range(n):
+        chosen = None
+        for amp in PROBE_AMPLITUDES:
+            for _ in range(PROBE_SEEDS_PER_AMPLITUDE):
+                p = multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
+                                    robot.velocity_limits, duration=duration, amplitude=amp,
+                                    velocity_fraction=0.5, seed=seed, name=f'probe_{seed}')
+                seed += 1
+                clear = PROBE_CLEARANCE if scene is None else probe_clearance(scene, p, center)
+                if clear >= need - 1e-9:
+                    chosen = (p, amp, clear)
+                    break
+                record.append({'probe': p.name, 'amplitude_rad': amp, 'rejected': True,
+                               'clearance_m': clear})
+            if chosen:
+                break
+        if chosen is None:
+            raise CellEnded('ARM_PROBES_BLOCKED',
+                            f'no multisine arm probe about the ready pose (amplitudes '
+                            f'{PROBE_AMPLITUDES} rad) keeps the arm {100 * PROBE_CLEARANCE:.0f}'
+                            f' cm clear of the reconstructed table and objects: clear the '
+                            f'space under the ready pose')
+        probes.append(chosen[0])
+        record.append({'probe': chosen[0].name, 'amplitude_rad': chosen[1], 'rejected': False,
+                       'clearance_m': chosen[2], 'required_m': need,
+                       'checked': scene is not None})
+    return probes, record
+
+
+def identify_arm(world, robot, cfg, out_dir: Path, scene_path: str | None = None):
     from ..twin import Twin
     conf = load_identification_config(identification_config_path())
     conf.known.update(known_gains(world))
     world.reset()
     center = world.joint_positions()
-    probes = [multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
-                              robot.velocity_limits, duration=cfg.arm_probe_duration,
-                              amplitude=0.35, velocity_fraction=0.5, seed=s,
-                              name=f'probe_{s}')
-              for s in range(cfg.arm_probes)]
+    probes, plan_record = plan_arm_probes(robot, center, cfg.arm_probes,
+                                          cfg.arm_probe_duration, scene_path)
     recs = [record_probe(world, p) for p in probes]
     twin = Twin(robot, parameters=conf.start_values())
     fit = identify(twin, conf.specs, recs, nthread=1)
-    return conf, fit, len(probes)
+    return conf, fit, len(probes), plan_record
 
 
 def identify_cell(world, robot, cfg, found_object, table_height: float, out_dir,
@@ -80,14 +163,17 @@ def identify_cell(world, robot, cfg, found_object, table_height: float, out_dir,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    conf, fit, n_arm = identify_arm(world, robot, cfg, out_dir)
+    conf, fit, n_arm, probe_plan = identify_arm(world, robot, cfg, out_dir, scene_path)
     ps = ParameterSet()
     for est in fit.parameters:
         ps.add(est)
     record = {'arm_probes': n_arm, 'arm_residual_before': fit.residual_before,
               'arm_residual_after': fit.residual_after, 'arm_fit_s': fit.wall_time,
               'arm_fit_method': fit.method, 'arm_fit_warnings': fit.warnings,
-              'arm_condition_number': fit.diagnostics.get('condition_number')}
+              'arm_condition_number': fit.diagnostics.get('condition_number'),
+              'arm_fit_at_bound': list(fit.diagnostics.get('at_bound') or []),
+              'arm_fit_spikes': len(fit.diagnostics.get('spikes') or []),
+              'arm_probe_plan': probe_plan}
     from .object_identification import identify_object
     arm_values = {**conf.start_values(), **ps.values()}   # known gains + the arm's estimates
     obj = identify_object(world, robot, cfg, found_object, table_height, arm_values, out_dir,
