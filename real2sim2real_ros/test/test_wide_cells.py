@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 from real2sim2real_ros.core import execution_safety as es
-from real2sim2real_ros.core.evaluation.cells import WIDE_PRIOR, _work_area_points, \
-    draw_wide_cell_data
+from real2sim2real_ros.core.evaluation.cells import (
+    WIDE_PRIOR,
+    _work_area_points,
+    draw_wide_cell_data,
+)
 from real2sim2real_ros.core.evaluation.goals import (
     MIN_GOAL_DISTANCE,
     GoalsUnreachable,
