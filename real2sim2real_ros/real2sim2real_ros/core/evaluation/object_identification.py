@@ -180,7 +180,10 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
         poses = tracked_now(world, tracker)
         objs = [o for o in strike_objects(twin, poses) if o.id == found.id]
         if not objs:
-            raise RuntimeError(f'the tracker does not see {found.id!r} before strike {r}')
+            from .reasons import CellEnded
+            why = tracker.last_missing.get(found.id, 'not reported')
+            raise CellEnded('TRACKER_LOST', f'the tracker does not see {found.id!r} before '
+                            f'strike {r} ({why})')
         plan = plan_strike_probe(robot, objs, table,
                                  world.controller_state()['reference_positions'], friction,
                                  previous=previous, name=f'strike_{r}')

@@ -21,6 +21,11 @@ REASONS = {
                           'act on (slide_to_target: boxes and cylinders; push_to_pose: boxes)',
     'ARM_PROBES_BLOCKED': 'no arm identification probe about the ready pose keeps the arm '
                           'clear of the reconstructed table and objects: clear that space',
+    'OBJECT_WOULD_TIP': 'the object is tall for its footprint: at the friction bounds a slide '
+                        'could tip it over (friction x centre height > 0.75 x the distance to '
+                        'its edge), so no strike is planned; a lower / wider object',
+    'NO_SAFE_STRIKE': 'no identification strike keeps the object on the table and clear of '
+                      'the others (its message names each heading\'s reason)',
     'TRACKER_LOST': 'the depth tracker does not see the task object before a strike',
     'OUT_OF_REACH': 'the tool cannot reach the task\'s start or goals tool-down (table height '
                     'or placement): move the object nearer the arm',
@@ -51,8 +56,11 @@ def classify(exc: BaseException) -> str:
     from ..truth import TruthLeak
     from ..twin import UnstableTwinError
     from .goals import GoalsUnreachable
+    from ..sysid.probes import ProbeError
     if isinstance(exc, CellEnded):
         return exc.code
+    if isinstance(exc, ProbeError) and 'struck safely' in str(exc):
+        return 'OBJECT_WOULD_TIP' if 'could tip over' in str(exc) else 'NO_SAFE_STRIKE'
     if isinstance(exc, ReconstructionError):
         code = f'RECONSTRUCTION_{getattr(exc.code, "name", exc.code)}'
         return code if code in REASONS else 'RECONSTRUCTION_OTHER'
