@@ -52,11 +52,11 @@ def classify(exc: BaseException) -> str:
     """The reason code of a cell's exception (UNCLASSIFIED when none applies)."""
     from ..policies.pipeline import NoDemonstrationsError
     from ..reconstruction.errors import ReconstructionError
+    from ..sysid.probes import ProbeError
     from ..tasks.kinematics import IKError
     from ..truth import TruthLeak
     from ..twin import UnstableTwinError
     from .goals import GoalsUnreachable
-    from ..sysid.probes import ProbeError
     if isinstance(exc, CellEnded):
         return exc.code
     if isinstance(exc, ProbeError) and 'struck safely' in str(exc):
