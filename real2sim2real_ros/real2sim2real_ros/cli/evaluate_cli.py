@@ -3,11 +3,13 @@
     r2s2r evaluate --cell-spec A.yaml [B.yaml ...] [--robot URDF] --task slide_to_target \\
                    --trials 20 --json results.json [--jobs 2]
     r2s2r evaluate --draw-cells 5 --seed 0 --task slide_to_target --trials 20 --json out.json
+    r2s2r evaluate --prior wide --draw-cells 12 --draw-seed 1 --seed 1 2 --json out.json
 
 The only code that reads hidden truth: it scores reconstruction, identification and three
 policies (nominal twin, identified twin, identified + randomisation) on each cell. No ROS graph
 is needed; the stages run the same cores the nodes run. Exit 0 when every cell was evaluated,
-1 when a cell failed (its error is in the JSON), 2 on bad input.
+1 when a cell failed (its error and documented reason are in the JSON), 2 on bad input. The
+JSON is rewritten after every finished cell (``partial`` true until the last).
 """
 from __future__ import annotations
 

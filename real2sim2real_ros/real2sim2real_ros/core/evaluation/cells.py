@@ -8,10 +8,11 @@ latency (0 to 40 ms, whole ms: the emulated cell's delay queue has 1 ms resoluti
 
 ``draw_cells(prior='wide')`` (:data:`WIDE_PRIOR`): the cell itself varies too: the table's
 height (0.3 m below to 0.2 m above the robot base) and placement, the task object's shape
-(box, or a cylinder: the tasks act on boxes, so such a cell ends with the harness's
-UNSUPPORTED_OBJECT reason), size (4-15 cm), start pose and yaw, centre of mass offset and edge
-radius, friction (0.15-1.0) and mass (0.03-1.5 kg, log-uniform), 0-3 other objects on the
-table, the camera's pose, every joint's damping, friction loss and armature (0.5-2x), the
+(box, or an upright cylinder: slide_to_target strikes both; push_to_pose ends such a cell
+UNSUPPORTED_OBJECT), size (4-15 cm), start pose (within the arm's reach of its goals) and
+yaw, centre of mass offset and edge radius, friction (0.15-1.0) and mass (0.03-1.5 kg,
+log-uniform), 0-3 other objects on the table (off the task's work area: the tool's approach
+and every goal's sector), the camera's pose, every joint's damping, friction loss and armature (0.5-2x), the
 gravity compensation, the latency and the contact stiffness. The arm starts at its tool-down
 ready pose 0.2 m above the drawn table (core/tasks/kinematics.ready_pose), or where the arm
 cannot hold the tool down there (a low table), 0.2 m above its base.
