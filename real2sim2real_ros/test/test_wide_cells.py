@@ -176,3 +176,31 @@ def test_summary_counts_every_outcome_and_reason():
     assert s['within_10pct_all_count'] == 1 and s['within_10pct_all_count_at_prior'] == 0
     assert all(k in REASONS for k in s['outcomes'] if k != 'COMPLETED')
     assert classify(RuntimeError('x')) == 'UNCLASSIFIED'
+
+
+@pytest.mark.parametrize('yaw', [0.0, 0.8])
+def test_tracker_sees_a_4cm_cube_at_any_yaw(robot, yaw):
+    """The issue's small light cube class ('the tracker does not see box_0 before strike 0'):
+    a 4 cm cube on the default cell, the arm at its ready pose, is tracked within 5 mm."""
+    import copy
+
+    import yaml
+
+    from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
+    from real2sim2real_ros.core.emulated_world import EmulatedWorld
+    from real2sim2real_ros.core.evaluation.object_identification import DepthTracker, tracked_now
+    from real2sim2real_ros.core.object_tracking import TrackedObjectModel
+    d = copy.deepcopy(yaml.safe_load(open(default_cell_spec_path())))
+    d['objects'] = [o for o in d['objects'] if o['id'] == 'box_0']
+    d['objects'][0].update(size=[0.04, 0.04, 0.04], pose={'xyz': [0.5, 0.05], 'yaw': yaw},
+                           mass=0.07)
+    world = EmulatedWorld(load_cell_spec(d))
+    try:
+        model = TrackedObjectModel('box_0', (0.04, 0.04, 0.04), 'box', (0.5, 0.05), yaw)
+        tracker = DepthTracker(world, robot, [model], world.spec.table.height)
+        world.step_for(0.3)
+        seen = tracked_now(world, tracker)
+        assert 'box_0' in seen, tracker.last_missing
+        assert np.linalg.norm(seen['box_0'][0][:2] - [0.5, 0.05]) < 0.005
+    finally:
+        world.close()

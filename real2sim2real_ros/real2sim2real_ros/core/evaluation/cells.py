@@ -12,10 +12,11 @@ height (0.3 m below to 0.2 m above the robot base) and placement, the task objec
 UNSUPPORTED_OBJECT), size (4-15 cm), start pose (within the arm's reach of its goals) and
 yaw, centre of mass offset and edge radius, friction (0.15-1.0) and mass (0.03-1.5 kg,
 log-uniform), 0-3 other objects on the table (off the task's work area: the tool's approach
-and every goal's sector), the camera's pose, every joint's damping, friction loss and armature (0.5-2x), the
-gravity compensation, the latency and the contact stiffness. The arm starts at its tool-down
-ready pose 0.2 m above the drawn table (core/tasks/kinematics.ready_pose), or where the arm
-cannot hold the tool down there (a low table), 0.2 m above its base.
+and every goal's sector), the camera's pose, every joint's damping, friction loss and
+armature (0.5-2x), the gravity compensation, the latency and the contact stiffness. The arm
+starts at its tool-down ready pose 0.2 m above the drawn table
+(core/tasks/kinematics.ready_pose), or where the arm cannot hold the tool down there (a low
+table), 0.2 m above its base.
 """
 from __future__ import annotations
 
