@@ -58,62 +58,69 @@ def known_gains(world) -> dict[str, float]:
 
 
 PROBE_CLEARANCE = 0.03      # m: every arm link this far from every object and the table
+PROBE_DEEPEN = 0.005        # m: a link already that near at rest may come this much nearer
 PROBE_AMPLITUDES = (0.35, 0.25, 0.18, 0.12)   # rad, tried in turn until a probe is clear
 PROBE_SEEDS_PER_AMPLITUDE = 3
 
 
-def probe_clearance(scene_twin, probe, q_start, margin: float = PROBE_CLEARANCE,
-                    rate: float = 50.0) -> float:
-    """The smallest distance (m, capped at ``margin``) between a robot geom and anything
-    else in the reconstructed scene (its table and every object) along ``probe``'s
-    reference from ``q_start``: kinematic, on the scene the reconstruction wrote."""
-    traj = scene_twin._reference(np.asarray(q_start, float), probe.times, probe.positions,
-                                 probe.velocities)
-    t = np.arange(0.0, float(probe.times[-1]) + 1e-9, 1.0 / rate)
-    q, _ = scene_twin._sample(traj, t)
-    return clearance_along(scene_twin, q, margin)
-
-
-def clearance_along(scene_twin, qs, margin: float = PROBE_CLEARANCE) -> float:
-    """The smallest robot-to-scene distance (m, capped at ``margin``) over joint positions
-    ``qs`` (N, J)."""
+def pair_distances(scene_twin, qs, margin: float = PROBE_CLEARANCE) -> dict:
+    """{(robot geom, scene geom): smallest distance (m)} over joint positions ``qs`` (N, J)
+    for the pairs nearer than ``margin`` (MuJoCo's collision with that margin): the robot is
+    every body but the world (the table) and the scene's ``object/`` bodies."""
     import mujoco
     m = scene_twin.model
     d = mujoco.MjData(m)
-    # The robot: every body but the world (the table) and the scene's objects.
     robot = {b for b in range(1, m.nbody) if not m.body(b).name.startswith('object/')}
     saved = m.geom_margin.copy()
     m.geom_margin[:] = margin
+    out: dict = {}
     try:
-        best = margin
         for qk in np.atleast_2d(np.asarray(qs, float)):
             d.qpos[:] = m.qpos0
             d.qpos[scene_twin._qadr] = qk
             mujoco.mj_forward(m, d)
             for c in d.contact[:d.ncon]:
-                b1, b2 = int(m.geom_bodyid[c.geom1]), int(m.geom_bodyid[c.geom2])
-                if (b1 in robot) != (b2 in robot):
-                    best = min(best, float(c.dist))
-        return best
+                g1, g2 = int(c.geom1), int(c.geom2)
+                r1, r2 = int(m.geom_bodyid[g1]) in robot, int(m.geom_bodyid[g2]) in robot
+                if r1 == r2:
+                    continue
+                key = (g1, g2) if r1 else (g2, g1)
+                out[key] = min(out.get(key, margin), float(c.dist))
+        return out
     finally:
         m.geom_margin[:] = saved
 
 
+def probe_clearance(scene_twin, probe, q_start, rest: dict | None = None,
+                    margin: float = PROBE_CLEARANCE, rate: float = 50.0) -> float:
+    """The probe's slack (m; >= 0: clear) along its reference from ``q_start``, sampled at
+    ``rate``, against the reconstructed scene (its table and every object): every
+    robot-to-scene pair stays ``margin`` apart, or, a pair already nearer at rest (``rest``:
+    :func:`pair_distances` at the start; e.g. a base link beside a high table's edge), comes
+    at most PROBE_DEEPEN nearer than there."""
+    traj = scene_twin._reference(np.asarray(q_start, float), probe.times, probe.positions,
+                                 probe.velocities)
+    t = np.arange(0.0, float(probe.times[-1]) + 1e-9, 1.0 / rate)
+    q, _ = scene_twin._sample(traj, t)
+    rest = rest or {}
+    slack = margin
+    for key, dist in pair_distances(scene_twin, q, margin).items():
+        need = margin if key not in rest else min(margin, rest[key] - PROBE_DEEPEN)
+        slack = min(slack, dist - need)
+    return slack
+
+
 def plan_arm_probes(robot, center, n: int, duration: float, scene_path: str | None):
     """``n`` multisine probes about ``center``, each planned clear of every reconstructed
-    object and the table by PROBE_CLEARANCE (smaller amplitudes, other seeds, until clear).
-    Returns (probes, record). CellEnded ARM_PROBES_BLOCKED when no probe is clear."""
+    object and the table (:func:`probe_clearance`; smaller amplitudes, other seeds, until
+    clear). Returns (probes, record). CellEnded ARM_PROBES_BLOCKED when no probe is clear."""
     from .reasons import CellEnded
-    scene = None
+    scene = rest = None
     if scene_path:
         from ..twin import Twin
         scene = Twin(robot, scene_path)
+        rest = pair_distances(scene, center)
     probes, record, seed = [], [], 0
-    # Clear by PROBE_CLEARANCE, or (an arm that rests nearer, e.g. a high table) never
-    # nearer than at rest.
-    need = PROBE_CLEARANCE
-    if scene is not None:
-        need = min(PROBE_CLEARANCE, clearance_along(scene, center))
     for _ in range(n):
         chosen = None
         for amp in PROBE_AMPLITUDES:
@@ -122,12 +129,13 @@ def plan_arm_probes(robot, center, n: int, duration: float, scene_path: str | No
                                     robot.velocity_limits, duration=duration, amplitude=amp,
                                     velocity_fraction=0.5, seed=seed, name=f'probe_{seed}')
                 seed += 1
-                clear = PROBE_CLEARANCE if scene is None else probe_clearance(scene, p, center)
-                if clear >= need - 1e-9:
-                    chosen = (p, amp, clear)
+                slack = PROBE_CLEARANCE if scene is None else probe_clearance(scene, p, center,
+                                                                              rest)
+                if slack >= 0.0:
+                    chosen = (p, amp, slack)
                     break
                 record.append({'probe': p.name, 'amplitude_rad': amp, 'rejected': True,
-                               'clearance_m': clear})
+                               'slack_m': slack})
             if chosen:
                 break
         if chosen is None:
@@ -138,8 +146,8 @@ def plan_arm_probes(robot, center, n: int, duration: float, scene_path: str | No
                             f'space under the ready pose')
         probes.append(chosen[0])
         record.append({'probe': chosen[0].name, 'amplitude_rad': chosen[1], 'rejected': False,
-                       'clearance_m': chosen[2], 'required_m': need,
-                       'checked': scene is not None})
+                       'slack_m': chosen[2], 'checked': scene is not None,
+                       'near_at_rest': len(rest or {})})
     return probes, record
 
 
