@@ -49,6 +49,19 @@ def _params_file(share: Path, run_dir: Path, args) -> Path:
     return path
 
 
+def _sim_clock(choice: str, cell_spec: str | None) -> bool:
+    """Whether the emulated cell runs on its own clock. 'auto' reads the emulator's engine:
+    the demo launches the emulator, so it may know what the emulator cannot do (Drake runs
+    at about half real time here); no pipeline node sees that choice, only /clock."""
+    if choice != 'auto':
+        return choice == 'sim'
+    if not cell_spec:
+        return False
+    import yaml
+    data = yaml.safe_load(Path(cell_spec).read_text()) or {}
+    return isinstance(data, dict) and data.get('engine') == 'drake'
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog='demo', description=__doc__.split('\n\n')[0])
     ap.add_argument('--task', default='slide_to_target')
@@ -62,6 +75,11 @@ def main(argv=None) -> int:
     ap.add_argument('--cell-spec', default='',
                     help='the emulated cell: a cell spec YAML path or the name of a shipped '
                     'one (config/cells/<name>.yaml, e.g. drake_default); default: default')
+    ap.add_argument('--clock', choices=('auto', 'wall', 'sim'), default='auto',
+                    help='sim: the emulated cell steps as fast as it can and publishes /clock, '
+                    'every node on use_sim_time (an emulator slower than real time, as '
+                    'Drake is here, then still runs the loop at its own pace); wall: real '
+                    'time; auto (default): sim for a cell spec with engine drake, else wall')
     args = ap.parse_args(argv)
 
     from real2sim2real_ros.dds_isolation import isolate
@@ -90,6 +108,9 @@ def main(argv=None) -> int:
             return 2
         launch_args['cell_spec'] = str(cell.resolve())
         _say(f'cell spec {launch_args["cell_spec"]}')
+    if _sim_clock(args.clock, launch_args.get('cell_spec')):
+        launch_args.update({'cell_real_time': 'false', 'use_sim_time': 'true'})
+        _say('clock: simulated (/clock from the emulated cell, every node on use_sim_time)')
     _say(f'ROS_DOMAIN_ID={domain}, discovery LOCALHOST, run dir {run_dir}')
     _say(f'budgets: train {args.train_steps} twin episodes, {args.trials} cell trials, '
          f'{args.twin_trials} twin evaluation episodes ({params.name})')

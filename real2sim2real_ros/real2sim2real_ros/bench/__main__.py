@@ -7,7 +7,10 @@ identification on N emulated cells drawn from the prior (bench/object_id_bench.p
 bench_results/object_id.json.
 ``python -m real2sim2real_ros.bench arm_id [harness|live ...]``: arm identification,
 regression + polish against the multi-start rollout fit on the same recordings
-(bench/arm_id_bench.py); writes bench_results/arm_id.json. ``make bench`` runs it too."""
+(bench/arm_id_bench.py); writes bench_results/arm_id.json. ``make bench`` runs it too.
+``python -m real2sim2real_ros.bench model_gap [CELL ...]``: the MuJoCo twin with a cell's true
+values against the cell (MuJoCo and Drake) on the same probes (bench/model_gap_bench.py);
+writes bench_results/model_gap.json."""
 from __future__ import annotations
 
 import json
@@ -47,8 +50,20 @@ def arm_id(argv) -> int:
     return 0
 
 
+def model_gap(argv) -> int:
+    from real2sim2real_ros.bench import model_gap_bench
+    out = model_gap_bench.main(tuple(argv) or ('default', 'drake_default'))
+    out_dir = Path('bench_results')
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / 'model_gap.json').write_text(json.dumps(out, indent=2, default=str))
+    print(f'saved {out_dir / "model_gap.json"}')
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == 'model_gap':
+        return model_gap(argv[1:])
     if argv and argv[0] == 'arm_id':
         return arm_id(argv[1:])
     if argv and argv[0] == 'push':

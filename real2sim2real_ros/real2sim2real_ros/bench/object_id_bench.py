@@ -290,13 +290,15 @@ def run_object_identification(robot, spec, *, arm: str = 'identify', strike_prob
                               tracker: Tracker | None = None, nthread: int = 2,
                               options: ObjectFitOptions | None = None,
                               config: StrikeConfig | None = None, object_ids=None,
-                              progress=print) -> CaseResult:
+                              progress=print, world=None) -> CaseResult:
     """The whole identification on one emulated cell: arm probes (arm='identify': 2
     multi-sines fitted; 'truth': the arm's true values, no arm probes), then strike probes
-    planned round by round from the tracked poses and the fit so far (the last held out)."""
-    from ..core.emulated_world import EmulatedWorld
+    planned round by round from the tracked poses and the fit so far (the last held out).
+    world: the emulated cell to probe (default: ``core.world.make_world(spec)``, the spec's
+    engine)."""
+    from ..core.world import make_world
     tracker = tracker or Tracker(seed=spec.seed)
-    world = EmulatedWorld(spec)
+    world = world if world is not None else make_world(spec)
     world.reset()
     world.step_for(0.3)
     truth = spec.hidden_truth(list(robot.joint_names))

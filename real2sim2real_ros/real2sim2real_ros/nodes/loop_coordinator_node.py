@@ -81,6 +81,7 @@ from ..core import loop_plan as lp
 from ..goal_client import GoalClient, code_name
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
+from ..ros_time import NodeDeadline
 from ..subscriptions import subscribed
 
 NODE_NAME = 'loop_coordinator'
@@ -517,8 +518,9 @@ class LoopCoordinatorNode(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _sleep(self, run: _Run, seconds: float):
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        """``seconds`` on the cell's clock (simulated under use_sim_time)."""
+        deadline = NodeDeadline(self, seconds, stall_s=max(30.0, seconds))
+        while not deadline.expired():
             self._check_cancel(run)
             time.sleep(0.05)
 

@@ -65,7 +65,7 @@ from ..core.twin import UnstableTwinError
 from ..goal_client import GoalClient
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
-from ..ros_time import duration_msg
+from ..ros_time import NodeDeadline, duration_msg
 from ..subscriptions import subscribed
 
 NODE_NAME = 'system_identification'
@@ -714,14 +714,16 @@ class SystemIdentificationNode(Node):
         got = threading.Event()
         res_future = handle.get_result_async()
         res_future.add_done_callback(lambda _f: got.set())
-        deadline = time.monotonic() + float(times[-1]) + 30.0
+        deadline = NodeDeadline(self, float(times[-1]) + 30.0)   # the cell's clock
         while not got.wait(0.1):
             if goal_handle.is_cancel_requested:
                 handle.cancel_goal_async()
                 got.wait(5.0)
                 raise _Fail(IR.CANCELED, f'canceled during {what}')
-            if time.monotonic() > deadline or not rclpy.ok():
-                raise _Fail(IR.EXECUTION_FAILED, f'{what}: no result from the executor')
+            if deadline.expired() or not rclpy.ok():
+                why = ' (the clock stopped)' if deadline.stalled() else ''
+                raise _Fail(IR.EXECUTION_FAILED, f'{what}: no result from the executor '
+                            f'{float(times[-1]) + 30.0:.0f} s after the goal{why}')
         res = res_future.result().result
         if res.error_code != ExecuteTrajectory.Result.NONE:
             raise _Fail(IR.EXECUTION_FAILED,
