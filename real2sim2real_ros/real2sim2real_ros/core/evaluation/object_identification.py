@@ -155,8 +155,11 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
     twin.set_parameters({k: v for k, v in arm_values.items()
                          if k in set(twin.parameter_names())})
     ensure_object_priority(twin)
+    # Every primitive object's friction at the prior; an irregular (mesh) object's
+    # collision hulls carry their own geom names (its friction stays the scene's).
+    named = set(twin.parameter_names())
     friction0 = {f'geom/object/{o.id}/friction': FRICTION_PRIOR[0] for o in objects
-                 if o.id in twin.object_ids}
+                 if o.id in twin.object_ids and f'geom/object/{o.id}/friction' in named}
     twin.set_parameters(friction0)
     models = tracked_models(o for o in objects if o.id in twin.object_ids)
     tracker = DepthTracker(world, robot, models, table_height)   # calibration: the spec's seed
@@ -178,7 +181,15 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
         world.reset_objects([cfg.object_id])
         world.step_for(0.2)
         poses = tracked_now(world, tracker)
-        objs = [o for o in strike_objects(twin, poses) if o.id == found.id]
+        seen = strike_objects(twin, poses)
+        objs = [o for o in seen if o.id == found.id]
+        # Every other object the reconstruction found: kept clear of (boxes and cylinders as
+        # tracked now; an irregular one by its reconstructed footprint).
+        others = [o for o in seen if o.id != found.id]
+        shown = {o.id for o in seen}
+        others += [(np.asarray(o.position[:2], float),
+                    0.5 * float(np.hypot(o.extents[0], o.extents[1])))
+                   for o in objects if o.id != found.id and o.id not in shown]
         if not objs:
             from .reasons import CellEnded
             why = tracker.last_missing.get(found.id, 'not reported')
@@ -186,7 +197,7 @@ def identify_object(world, robot, cfg, found, table_height: float, arm_values: d
                             f'strike {r} ({why})')
         plan = plan_strike_probe(robot, objs, table,
                                  world.controller_state()['reference_positions'], friction,
-                                 previous=previous, name=f'strike_{r}')
+                                 previous=previous, name=f'strike_{r}', obstacles=others)
         rec, tracks = execute(world, plan.probe, tracker)
         strike_recs.append(StrikeRecording(rec, tracks, plan.strikes, f'strike_{r}'))
         for s in plan.strikes:
