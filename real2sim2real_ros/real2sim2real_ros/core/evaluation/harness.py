@@ -242,9 +242,14 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                           shape=found.shape)
     twins = {'nominal': nominal_twin(robot, task_obj, table_h, ident['start_values'])}
     twins['identified'] = nominal_twin(robot, task_obj, table_h, ident['start_values'])
-    # Estimates the fit flagged (pinned at a bound, contaminated: identified False) keep
-    # their priors, as sim_server does: a flagged fit is reported, never silently used.
-    twins['identified'].set_parameters({e.name: e.value if e.identified else e.prior
+    # Arm estimates the arm fit flagged (pinned at a bound; every arm estimate when its
+    # residuals spike: contact) keep their priors: a flagged fit is reported, never silently
+    # used. The object's estimates are used as fitted (its 'identified' marks a wide
+    # interval, not a flag).
+    flagged = set(ident.get('arm_fit_at_bound') or [])
+    if ident.get('arm_fit_spikes'):
+        flagged |= {e.name for e in ps if '/object/' not in e.name}
+    twins['identified'].set_parameters({e.name: e.prior if e.name in flagged else e.value
                                         for e in ps})
     # The goals the expert reaches on the identified object (evaluation/goals.py): every
     # policy trains and is evaluated on that distribution; the identified twins' expert
