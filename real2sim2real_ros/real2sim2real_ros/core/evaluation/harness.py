@@ -136,19 +136,20 @@ def task_for(robot, cfg: HarnessConfig, size, table_height: float, object_id: st
 
 
 def task_overrides(cfg: HarnessConfig, found) -> dict:
-    """The task where the cell has its object: episodes start where the reconstruction
-    found it (the cell's drawn start pose; clutter is kept off its work area), on its
-    reconstructed shape. UNSUPPORTED_OBJECT for a shape the task does not act on."""
+    """The task where the cell has its object (slide_to_target): episodes start where the
+    reconstruction found it (the cell's drawn start pose; clutter is kept off its work
+    area), on its reconstructed shape. UNSUPPORTED_OBJECT for a shape the task does not act
+    on."""
     from .reasons import CellEnded
     shapes = ('box', 'cylinder') if cfg.task == 'slide_to_target' else ('box',)
     if found.shape not in shapes:
         acts_on = ' and '.join(f'{s}s' for s in shapes).replace('boxs', 'boxes')
         raise CellEnded('UNSUPPORTED_OBJECT', f'the task object was reconstructed as a '
                         f'{found.shape}; {cfg.task} acts on {acts_on}')
-    out = {'start_xy': (float(found.position[0]), float(found.position[1]))}
-    if cfg.task == 'slide_to_target':
-        out['object_shape'] = found.shape
-    return out
+    if cfg.task != 'slide_to_target':
+        return {}        # push_to_pose: its own start region (its goals are planned there)
+    return {'start_xy': (float(found.position[0]), float(found.position[1])),
+            'object_shape': found.shape}
 
 
 def nominal_twin(robot, task_obj, table_height: float, start_values: dict):
