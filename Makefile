@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := scripts/env.sh
 
-.PHONY: help setup test lint demo demo-quick bench clean
+.PHONY: help setup test lint demo demo-quick bench evaluate clean
 
 help:
 	@echo "make setup   venv with pinned ROS 2 Kilted wheels + stack, colcon build (idempotent)"
@@ -12,6 +12,9 @@ help:
 	@echo "             CELL=drake_default (a shipped cell's name or a cell spec path) picks the cell"
 	@echo "make demo-quick  bring up the graph and execute one trajectory (under a minute)"
 	@echo "make bench   speed and accuracy figures (printed; see README results table)"
+	@echo "make evaluate  the harness on $(EVAL_CELLS) wide-prior cells x seeds $(EVAL_SEEDS),"
+	@echo "             tracker in the loop -> $(EVAL_OUT)/results.json + drawn cell specs"
+	@echo "             (small: make evaluate EVAL_CELLS=2; long: ~15-30 min a cell, 2 jobs)"
 
 setup:
 	@bash scripts/setup.sh
@@ -31,6 +34,21 @@ demo-quick: setup
 
 bench: setup
 	@$(ENV) python -m real2sim2real_ros.bench
+
+# The wide-prior evaluation behind the README's wide-prior rows (results/wide_prior/).
+EVAL_CELLS ?= 12
+EVAL_SEEDS ?= 1 2
+EVAL_DRAW_SEED ?= 1
+EVAL_TRIALS ?= 10
+EVAL_JOBS ?= 2
+EVAL_OUT ?= results/wide_prior$(if $(filter-out 12,$(EVAL_CELLS)),_$(EVAL_CELLS)cells)
+evaluate: setup
+	@mkdir -p $(EVAL_OUT)
+	@$(ENV) nice -n 5 python -m real2sim2real_ros.cli.evaluate_cli --prior wide \
+		--draw-cells $(EVAL_CELLS) --draw-seed $(EVAL_DRAW_SEED) --seed $(EVAL_SEEDS) \
+		--task slide_to_target --trials $(EVAL_TRIALS) --jobs $(EVAL_JOBS) \
+		--observation tracker --json $(EVAL_OUT)/results.json --out-dir $(EVAL_OUT)/run; \
+		rc=$$?; rm -rf $(EVAL_OUT)/cells; cp -r $(EVAL_OUT)/run/cells $(EVAL_OUT)/cells; exit $$rc
 
 clean:
 	rm -rf build install log

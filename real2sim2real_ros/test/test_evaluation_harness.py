@@ -263,7 +263,7 @@ def test_push_to_pose_through_the_harness_writes_the_documented_fields(tmp_path,
             assert p[where]['mean_error_m'] >= 0
         meta = json.loads((Path(p['checkpoint']) / 'policy.json').read_text())
         assert meta['task']['task'] == 'push_to_pose'
-    assert set(c['stage_seconds']) == {'reconstruct', 'identify',
+    assert set(c['stage_seconds']) == {'reconstruct', 'identify', 'goals',
                                        *(f'{s}_{n}' for n in POLICIES
                                          for s in ('train', 'evaluate'))}
     # Closed loop: the tracker streamed frames during every push (5 Hz of cell time).

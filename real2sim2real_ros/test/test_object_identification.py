@@ -276,3 +276,25 @@ def test_heldout_floor_of_the_true_values_and_of_the_start_pose(case):
     spread = rest_spread(case.twin, case.recordings[-1], truth, position_sigma=0.0011,
                          yaw_sigma=np.radians(0.45), samples=4)
     assert 1e-4 < spread < 0.03
+
+
+def test_strike_plan_keeps_clear_of_an_obstacle_on_the_free_heading(robot):
+    """An object that is not struck (clutter) on the heading the planner would take: the
+    strike goes another way, and its path stays clear of the obstacle's footprint."""
+    spec = default_spec()
+    twin = Twin(robot, scene_xml(spec))
+    table = table_region(twin)
+    poses = {o.id: ((*o.xyz[:2], o.half_height), o.yaw) for o in spec.objects}
+    objs = [o for o in strike_objects(twin, poses) if o.id == 'box_0']
+    q0 = np.asarray(spec.robot.initial_positions)
+    fr = {'box_0': (0.2, 0.5, 1.0)}
+    (free,) = plan_strike_probe(robot, objs, table, q0, fr, StrikeConfig()).strikes
+    u = np.array([np.cos(free.heading), np.sin(free.heading)])
+    block = np.asarray(free.start_xy) + u * 0.25
+    (s,) = plan_strike_probe(robot, objs, table, q0, fr, StrikeConfig(),
+                             obstacles=[(block, 0.04)]).strikes
+    assert abs(np.cos(s.heading - free.heading) - 1) > 1e-3       # another heading
+    v = np.array([np.cos(s.heading), np.sin(s.heading)])
+    path = np.asarray(s.start_xy) + np.outer(np.linspace(0, s.push_length + s.slide_range[1],
+                                                         50), v)
+    assert np.min(np.linalg.norm(path - block, axis=1)) > 0.04

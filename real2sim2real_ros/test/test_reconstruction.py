@@ -84,13 +84,15 @@ def spec_by_name(name: str):
         return moved_table_spec(name, 0.2, 0.2)
     if name == 'table_lowered':      # 0.3 m below the base, 0.15 m to the right
         return moved_table_spec(name, -0.3, -0.15)
+    if name == 'table_at_shoulder':  # 0.105 m above the base: level with the arm's shoulder
+        return moved_table_spec(name, 0.105, 0.0)
     return load_cell_spec(CELLS / f'{name}.yaml')
 
 
 # ------------------------------------------------------------------ accuracy vs truth
 
 @pytest.mark.parametrize('cell', ['default', 'slippery', 'heavy_box', 'varied', 'table_raised',
-                                  'table_lowered'])
+                                  'table_lowered', 'table_at_shoulder'])
 def test_objects_match_truth(cell, tmp_path):
     spec = ring_cameras(spec_by_name(cell), 8)
     views, mask, _ = capture(spec)
@@ -114,6 +116,13 @@ def test_objects_match_truth(cell, tmp_path):
         assert obj.mass_is_prior and obj.mass == pytest.approx(600.0 * obj.volume)
         assert Path(obj.mesh_path).is_file() and obj.collision_paths == []
     assert abs(result.table_height - spec.table.height) < 0.004   # calibration error
+    # The outline is the table's, not stretched over the robot (a plane level with the
+    # shoulder also cuts the arm's walls): within 2 cm of the true table's edges.
+    t = spec.table
+    lo = np.asarray(t.center) - np.asarray(t.size[:2]) / 2
+    hi = np.asarray(t.center) + np.asarray(t.size[:2]) / 2
+    assert np.all(result.table_outline.min(axis=0) >= lo - 0.02), result.table_outline.min(0)
+    assert np.all(result.table_outline.max(axis=0) <= hi + 0.02), result.table_outline.max(0)
     assert [s for s, _ in stages][-1] == 'scene' and Path(result.mjcf_path).is_file()
     summary = json.loads(json.dumps(result.summary()))
     assert [o['id'] for o in summary['objects']] == [o.id for o in result.objects]

@@ -3,11 +3,13 @@
     r2s2r evaluate --cell-spec A.yaml [B.yaml ...] [--robot URDF] --task slide_to_target \\
                    --trials 20 --json results.json [--jobs 2]
     r2s2r evaluate --draw-cells 5 --seed 0 --task slide_to_target --trials 20 --json out.json
+    r2s2r evaluate --prior wide --draw-cells 12 --draw-seed 1 --seed 1 2 --json out.json
 
 The only code that reads hidden truth: it scores reconstruction, identification and three
 policies (nominal twin, identified twin, identified + randomisation) on each cell. No ROS graph
 is needed; the stages run the same cores the nodes run. Exit 0 when every cell was evaluated,
-1 when a cell failed (its error is in the JSON), 2 on bad input.
+1 when a cell failed (its error and documented reason are in the JSON), 2 on bad input. The
+JSON is rewritten after every finished cell (``partial`` true until the last).
 """
 from __future__ import annotations
 
@@ -36,7 +38,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help='what drawn cells vary: physics (the above) or wide (table height and '
                    'placement, object shape, size, pose, clutter, camera pose, joint physics, '
                    'contact stiffness: core/evaluation/cells.py WIDE_PRIOR)')
-    p.add_argument('--seed', type=int, default=0, help='seed for drawn cells and training')
+    p.add_argument('--seed', type=int, nargs='+', default=[0], metavar='SEED',
+                   help='seed for training and the cell\'s noise; several: every cell runs '
+                   'once per seed (named <cell>_s<seed>), all in one report')
+    p.add_argument('--draw-seed', type=int, default=None, metavar='SEED',
+                   help='seed the --draw-cells are drawn with (default: the first --seed)')
     p.add_argument('--robot', default=None, metavar='URDF',
                    help='robot description for every cell (default: each spec\'s robot)')
     p.add_argument('--task', default='slide_to_target', help='task name')
@@ -114,8 +120,16 @@ def cmd_evaluate(args) -> int:
         print(f'r2s2r evaluate: robot description {args.robot!r} does not exist',
               file=sys.stderr)
         return EXIT_USAGE
+    seeds = list(dict.fromkeys(args.seed))
     if args.draw_cells:
-        specs += draw_cells(args.draw_cells, args.seed, out_dir / 'cells', prior=args.prior)
+        draw_seed = seeds[0] if args.draw_seed is None else args.draw_seed
+        specs += draw_cells(args.draw_cells, draw_seed, out_dir / 'cells', prior=args.prior)
+    pairs = [(s, seeds[0]) for s in specs]
+    if len(seeds) > 1:
+        import dataclasses
+        pairs = [(dataclasses.replace(s, name=f'{s.name}_s{seed}'), seed)
+                 for s in specs for seed in seeds]
+        specs = [s for s, _ in pairs]
     if not specs:
         print('r2s2r evaluate: give --cell-spec FILE... and/or --draw-cells N', file=sys.stderr)
         return EXIT_USAGE
@@ -123,7 +137,7 @@ def cmd_evaluate(args) -> int:
     if len(set(names)) != len(names):
         print(f'r2s2r evaluate: cell names must be unique, got {names}', file=sys.stderr)
         return EXIT_USAGE
-    cfg = HarnessConfig(task=args.task, trials=args.trials, seed=args.seed,
+    cfg = HarnessConfig(task=args.task, trials=args.trials, seed=seeds[0],
                         observation=args.observation,
                         strict_truth=args.observation == 'tracker',
                         compare_truth_observation=args.compare_truth_observation,
@@ -136,7 +150,9 @@ def cmd_evaluate(args) -> int:
 
     def work():
         try:
-            out['report'] = run(specs, cfg, out_dir, jobs=args.jobs, json_path=json_path,
+            import dataclasses
+            work = [(s, dataclasses.replace(cfg, seed=seed)) for s, seed in pairs]
+            out['report'] = run(work, cfg, out_dir, jobs=args.jobs, json_path=json_path,
                                 events=events)
         finally:
             done.set()
@@ -179,7 +195,8 @@ def print_report(report: dict) -> None:
     held = {r['cell']: r for r in s.get('object_heldout_criterion', [])}
     for c in report['cells']:
         if 'error' in c:
-            table.add_row(c['name'], f'[red]{c["error"]}', '', '', '', '', '', '', '', '')
+            table.add_row(c['name'], f'[red]{c.get("reason") or ""} {c["error"][:160]}', '', '',
+                          '', '', '', '', '', '')
             continue
         h_row = held.get(c['name'])
         held_txt = '-' if h_row is None else (
@@ -209,6 +226,13 @@ def print_report(report: dict) -> None:
         table.add_row(c['name'], fr_txt, ms_txt, f'{rec * 1e3:.1f}', *cells, obs_txt, held_txt,
                       f'{sum(c["stage_seconds"].values()):.0f}')
     Console(width=200).print(table)
+    if 'outcomes' in s:
+        n = s['cells']
+        print('outcomes: ' + ', '.join(f'{k} {v}/{n}' for k, v in s['outcomes'].items()))
+    if 'cell_wall_s' in s:
+        w = s['cell_wall_s']
+        print(f'cell wall time: mean {w["mean"]:.0f} s, median {w["median"]:.0f} s, max '
+              f'{w["max"]:.0f} s over {w["cells"]} cells')
     keys = ('cell_success_nominal', 'cell_success_identified', 'cell_success_identified_dr',
             'gain_points_identified_dr_vs_nominal', 'interval_coverage')
     print('  '.join(f'{k}={s[k]:.3g}' for k in keys if isinstance(s.get(k), (int, float))))

@@ -111,16 +111,19 @@ def scene_info_from_mjcf(path, source: str = 'scene_path') -> SceneInfo:
     return SceneInfo(str(path.resolve()), height, objects, source)
 
 
-def select_object(scene: SceneInfo, object_id: str = '') -> SceneObject:
-    """The scene's object the task manipulates: ``object_id``, or the first box."""
+def select_object(scene: SceneInfo, object_id: str = '',
+                  shapes: tuple[str, ...] = ('box',)) -> SceneObject:
+    """The scene's object the task manipulates: ``object_id`` (one of ``shapes``: a task
+    told its object is a cylinder takes one), or the first box."""
     boxes = [o for o in scene.objects if o.shape == 'box']
     if object_id:
         hit = [o for o in scene.objects if o.id == object_id]
         if not hit:
             raise SceneError(f'object {object_id!r} is not in the scene ({scene.source}: '
                              f'{[o.id for o in scene.objects]})')
-        if hit[0].shape != 'box':
-            raise SceneError(f'object {object_id!r} is a {hit[0].shape}; the tasks push boxes')
+        if hit[0].shape not in shapes:
+            raise SceneError(f'object {object_id!r} is a {hit[0].shape}; the task acts on '
+                             f'{" and ".join(shapes)} objects')
         return hit[0]
     if not boxes:
         raise SceneError(f'the scene ({scene.source} {scene.mjcf_path}) has no box object for '
@@ -167,23 +170,28 @@ def build_task_and_twin(robot, task_name: str, *, scene: SceneInfo | None = None
                         start_values: dict | None = None,
                         parameters: ParameterSet | dict | None = None,
                         parameters_path: str = '', timestep: float = 0.001,
-                        object_friction_prior: float = 0.5, object_mass_prior: float = 0.2):
+                        object_friction_prior: float = 0.5, object_mass_prior: float = 0.2,
+                        overrides: dict | None = None):
     """(task, twin, TwinInputs). Raises TaskError (unknown task / bad config), SceneError,
     ParameterError (names the twin lacks, invalid values), TwinError.
 
-    ``task_config`` (a checkpoint's) wins over the scene's geometry; ``start_values`` that
+    ``task_config`` (a checkpoint's) wins over the scene's geometry; ``overrides`` (task
+    config entries, e.g. the evaluation harness's start position, ``object_shape`` and goal
+    distribution) apply on top of both; ``start_values`` that
     name elements this twin lacks are skipped (sim_server does the same), ``parameters``
     must all exist in the twin."""
     if task_name not in task_names():
         raise TaskError(f'unknown task {task_name!r}; known tasks: {task_names()}')
     overrides = dict(task_config or {})
     overrides.pop('task', None)
+    extra = dict(overrides or {})
     if scene is not None and not task_config:
-        obj = select_object(scene, object_id)
+        obj = select_object(scene, object_id, ('box', extra.get('object_shape', 'box')))
         overrides.update(object_id=obj.id, object_size=tuple(obj.size),
                          table_height=float(scene.table_height))
     elif object_id and not task_config:
         overrides['object_id'] = object_id
+    overrides.update(extra)
     task = get_task(task_name, robot, overrides or None)
     cfg = task.config()
     if scene is not None:

@@ -8,13 +8,15 @@ latency (0 to 40 ms, whole ms: the emulated cell's delay queue has 1 ms resoluti
 
 ``draw_cells(prior='wide')`` (:data:`WIDE_PRIOR`): the cell itself varies too: the table's
 height (0.3 m below to 0.2 m above the robot base) and placement, the task object's shape
-(box, or a cylinder: the tasks act on boxes, so such a cell ends with the harness's
-UNSUPPORTED_OBJECT reason), size (4-15 cm), start pose and yaw, centre of mass offset and edge
-radius, friction (0.15-1.0) and mass (0.03-1.5 kg, log-uniform), 0-3 other objects on the
-table, the camera's pose, every joint's damping, friction loss and armature (0.5-2x), the
-gravity compensation, the latency and the contact stiffness. The arm starts at its tool-down
-ready pose 0.2 m above the drawn table (core/tasks/kinematics.ready_pose), or where the arm
-cannot hold the tool down there (a low table), 0.2 m above its base.
+(box, or an upright cylinder: slide_to_target strikes both; push_to_pose ends such a cell
+UNSUPPORTED_OBJECT), size (4-15 cm), start pose (within the arm's reach of its goals) and
+yaw, centre of mass offset and edge radius, friction (0.15-1.0) and mass (0.03-1.5 kg,
+log-uniform), 0-3 other objects on the table (off the task's work area: the tool's approach
+and every goal's sector), the camera's pose, every joint's damping, friction loss and
+armature (0.5-2x), the gravity compensation, the latency and the contact stiffness. The arm
+starts at its tool-down ready pose 0.2 m above the drawn table
+(core/tasks/kinematics.ready_pose), or where the arm cannot hold the tool down there (a low
+table), 0.2 m above its base.
 """
 from __future__ import annotations
 
@@ -65,13 +67,21 @@ WIDE_PRIOR = {
     'cylinder_probability': 0.2,          # the task object's shape
     'size': (0.04, 0.15),                 # m, footprint extents; height 0.04-0.10
     'height': (0.04, 0.10),
-    'start_box': ((0.45, 0.65), (-0.15, 0.15)),   # m, the object's pose in the spec
+    # m, the object's pose in the spec (where the task starts): its goals, up to 0.18 m
+    # further in +x, stay within the arm's reach tool-down for every table height drawn
+    'start_box': ((0.42, 0.56), (-0.12, 0.12)),
     'com_fraction': 0.15,                 # lateral COM offset up to this x the extent
     'edge_radius': (0.0, 0.005),          # m
     'friction': (0.15, 1.0),
     'mass': (0.03, 1.5),                  # kg, log-uniform
     'clutter': (0, 3),                    # other objects
     'clutter_gap': 0.06,                  # m of free table between two objects' footprints
+    # the task's work area kept free of clutter (a lab clears the path): the tool's approach
+    # behind the object and every goal's sector (slide_to_target: headings +-0.35 rad about
+    # +x, 0.10-0.18 m; push_to_pose alike), as points within this of the object's start
+    'work_area_back': 0.12,               # m behind (-x of) the object, the tool's approach
+    'work_area_reach': 0.26,              # m ahead (+x), the farthest goal plus a box
+    'work_area_half_angle': 0.45,         # rad
     'camera_eye_jitter': 0.06,            # m
     'camera_target_jitter': 0.04,         # m
     'joint_scale': (0.5, 2.0),            # damping, friction loss, armature vs the default's
@@ -84,6 +94,15 @@ WIDE_PRIOR = {
 def _footprint_radius(obj: dict) -> float:
     s = obj['size']
     return float(np.hypot(s[0], s[1]) / 2 if obj['shape'] == 'box' else s[0] / 2)
+
+
+def _work_area_points(xy, p=WIDE_PRIOR) -> np.ndarray:
+    """Points (N, 2) of the task's work area around a start ``xy`` (see WIDE_PRIOR)."""
+    pts = [np.asarray(xy, float) + [-d, 0.0] for d in np.linspace(0, p['work_area_back'], 7)]
+    for a in np.linspace(-p['work_area_half_angle'], p['work_area_half_angle'], 7):
+        for d in np.linspace(0, p['work_area_reach'], 14):
+            pts.append(np.asarray(xy, float) + d * np.array([np.cos(a), np.sin(a)]))
+    return np.array(pts)
 
 
 def _draw_object(rng, oid: str, shape: str, xy, p=WIDE_PRIOR) -> dict:
@@ -132,14 +151,18 @@ def draw_wide_cell_data(rng: np.random.Generator, index: int, base: dict | None 
     task_obj = _draw_object(rng, object_id, shape, (rng.uniform(x0, x1), rng.uniform(y0, y1)))
     objects = [task_obj]
     half = np.array(t['size'][:2]) / 2
+    work = _work_area_points(task_obj['pose']['xyz'][:2])
     for k in range(int(rng.integers(p['clutter'][0], p['clutter'][1] + 1))):
         kind = 'box' if rng.random() < 0.6 else 'cylinder'
-        for _ in range(50):   # rejection: on the table, clear of every object so far
+        for _ in range(50):   # rejection: on the table, clear of every object so far and
+            #                   of the task's work area
             xy = np.array([cx, cy]) + rng.uniform(-half + 0.08, half - 0.08)
             cand = _draw_object(rng, f'{kind}_{k + 1}', kind, xy)
             r = _footprint_radius(cand)
-            if all(np.hypot(*(xy - o['pose']['xyz'][:2])) >= r + _footprint_radius(o)
-                   + p['clutter_gap'] for o in objects):
+            clear_of_work = np.min(np.hypot(*(work - xy).T)) >= r + p['clutter_gap']
+            if clear_of_work and all(np.hypot(*(xy - o['pose']['xyz'][:2])) >= r
+                                     + _footprint_radius(o) + p['clutter_gap']
+                                     for o in objects):
                 objects.append(cand)
                 break
     data['objects'] = objects

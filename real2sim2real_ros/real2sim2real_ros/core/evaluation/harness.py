@@ -132,15 +132,34 @@ def reconstruct_cell(world, cfg: HarnessConfig, out_dir: Path, robot=None) -> di
 
 
 def task_and_twin(robot, cfg: HarnessConfig, scene_path: str, object_id: str,
-                  start_values: dict, parameters=None):
+                  start_values: dict, parameters=None, overrides: dict | None = None):
     """(task, twin, TwinInputs) as the policy_trainer node builds them
     (core/training_setup.build_task_and_twin): the reconstructed scene MJCF (every object,
     the task's object's geometry and the table height from it), the starting values (known
-    gains + priors), the identified ``parameters`` (None: the nominal twin)."""
+    gains + priors), the identified ``parameters`` (None: the nominal twin), the task config
+    ``overrides`` (:func:`task_overrides`, the goals)."""
     from ..training_setup import build_task_and_twin, scene_info_from_mjcf
     scene = scene_info_from_mjcf(scene_path, source='reconstruction (harness)')
     return build_task_and_twin(robot, cfg.task, scene=scene, object_id=object_id,
-                               start_values=start_values, parameters=parameters)
+                               start_values=start_values, parameters=parameters,
+                               overrides=overrides)
+
+
+def task_overrides(cfg: HarnessConfig, found) -> dict:
+    """The task where the cell has its object (slide_to_target): episodes start where the
+    reconstruction found it (the cell's drawn start pose; clutter is kept off its work
+    area), on its reconstructed shape. UNSUPPORTED_OBJECT for a shape the task does not act
+    on."""
+    from .reasons import CellEnded
+    shapes = ('box', 'cylinder') if cfg.task == 'slide_to_target' else ('box',)
+    if found.shape not in shapes:
+        acts_on = ' and '.join(f'{s}s' for s in shapes).replace('boxs', 'boxes')
+        raise CellEnded('UNSUPPORTED_OBJECT', f'the task object was reconstructed as a '
+                        f'{found.shape}; {cfg.task} acts on {acts_on}')
+    if cfg.task != 'slide_to_target':
+        return {}        # push_to_pose: its own start region (its goals are planned there)
+    return {'start_xy': (float(found.position[0]), float(found.position[1])),
+            'object_shape': found.shape}
 
 
 def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) -> dict:
@@ -175,13 +194,12 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     say(spec.name, 'reconstruct')
     recon = reconstruct_cell(world, cfg, out_dir / 'reconstruction', robot)
     seconds['reconstruct'] = time.perf_counter() - t
+    from .reasons import CellEnded
     if cfg.object_id not in recon['_by_truth']:
-        raise RuntimeError(f'{spec.name}: reconstruction did not find {cfg.object_id!r}')
+        raise CellEnded('OBJECT_NOT_FOUND',
+                        f'{spec.name}: reconstruction did not find {cfg.object_id!r}')
     found = recon['_found'][recon['_by_truth'][cfg.object_id].found_id]
-    if found.shape != 'box':
-        raise RuntimeError(f'UNSUPPORTED_OBJECT: {spec.name}: the task object '
-                           f'{cfg.object_id!r} was reconstructed as a {found.shape}; the tasks '
-                           f'act on boxes')
+    task_over = task_overrides(cfg, found)
     object_map = {cfg.object_id: found.id}
     table_h = recon['table_height']
 
@@ -222,10 +240,33 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
             row['covered'] = bool(est.lower_95 - 1e-12 <= tv <= est.upper_95 + 1e-12)
         param_rows.append(row)
 
+    # Arm estimates the arm fit flagged (pinned at a bound; every arm estimate when its
+    # residuals spike: contact) keep their priors: a flagged fit is reported, never silently
+    # used. The object's estimates are used as fitted (its 'identified' marks a wide
+    # interval, not a flag).
+    flagged = set(ident.get('arm_fit_at_bound') or [])
+    if ident.get('arm_fit_spikes'):
+        flagged |= {e.name for e in ps if '/object/' not in e.name}
+    used = {e.name: e.prior if e.name in flagged else e.value for e in ps}
+    # The goals the expert reaches on the identified object (evaluation/goals.py): every
+    # policy trains and is evaluated on that distribution; the identified twins' expert
+    # assumes the identified friction, the nominal twin's the prior's.
+    from .goals import reachable_goals
+    t = time.perf_counter()
+    task0, twin_g, _ = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
+                                     ident['start_values'], used, task_over)
+    try:
+        goals = reachable_goals(task0, twin_g, ps.values().get(
+            f'geom/object/{found.id}/friction'))
+    finally:
+        twin_g.close()
+    seconds['goals'] = time.perf_counter() - t
+    task_over.update(goals['overrides'])
     task, twin_n, inputs_n = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
-                                           ident['start_values'])
-    _, twin_i, inputs_i = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
-                                        ident['start_values'], ps)
+                                           ident['start_values'], None, task_over)
+    task_expert, twin_i, inputs_i = task_and_twin(
+        robot, cfg, recon['mjcf_path'], found.id, ident['start_values'], used,
+        {**task_over, **goals['expert_overrides']})
     twins = {'nominal': twin_n, 'identified': twin_i}
     twin_inputs = {'nominal': inputs_n, 'identified': inputs_i}
     one_shot = bool(getattr(task, 'one_shot', False))
@@ -247,8 +288,8 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                                 closed_loop=not getattr(task, 'one_shot', False))
         if name == 'identified_dr':
             tcfg.randomization_min_relative = cfg.randomization_min_relative
-        trained = train_stage(task, twin, twin_inputs['nominal' if name == 'nominal'
-                                                      else 'identified'],
+        trained = train_stage(task if name == 'nominal' else task_expert, twin,
+                              twin_inputs['nominal' if name == 'nominal' else 'identified'],
                               out_dir / 'checkpoints' / name, tcfg, parameters=ps,
                               randomize=name == 'identified_dr',
                               inputs={'policy': name, 'cell': spec.name})
@@ -294,6 +335,8 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
               'command_latency': truth['global/command_latency'],
               'joint_damping': [truth[f'joint/{j}/damping'] for j in world.joint_names]}
     return {'name': spec.name, 'spec_path': spec.source_path, 'hidden': hidden,
+            'seed': cfg.seed, 'completed': True, 'reason': None,
+            'task_config': _plain(task.config()), 'goals': goals['record'],
             'reconstruction': {k: v for k, v in recon.items() if not k.startswith('_')},
             'identification': {'parameters': param_rows,
                                **{k: v for k, v in ident.items()
@@ -323,8 +366,25 @@ PINNED_HALF_WIDTH = 0.10     # relative 95% half-width of a pinned parameter
 
 
 def summarize(cells: list[dict]) -> dict:
+    from .reasons import REASONS
     ok = [c for c in cells if 'error' not in c]
-    out: dict = {'cells': len(cells), 'cells_failed': len(cells) - len(ok)}
+    out: dict = {'cells': len(cells), 'cells_failed': len(cells) - len(ok),
+                 'cells_completed': len(ok)}
+    if cells:
+        # Every cell completes or ends with one documented reason (evaluation/reasons.py).
+        reasons: dict[str, int] = {}
+        for c in cells:
+            code = 'COMPLETED' if 'error' not in c else c.get('reason') or 'UNCLASSIFIED'
+            reasons[code] = reasons.get(code, 0) + 1
+        out['outcomes'] = reasons
+        out['outcome_shares'] = {k: v / len(cells) for k, v in reasons.items()}
+        out['reason_descriptions'] = {k: REASONS[k] for k in reasons if k in REASONS}
+        walls = [c['wall_s'] for c in cells if c.get('wall_s') is not None]
+        if walls:
+            out['cell_wall_s'] = {'mean': float(np.mean(walls)),
+                                  'median': float(np.median(walls)),
+                                  'max': float(np.max(walls)), 'cells': len(walls)}
+        out['per_cell'] = [_cell_row(c) for c in cells]
     if not ok:
         return out
     for name in POLICIES:
@@ -375,6 +435,10 @@ def summarize(cells: list[dict]) -> dict:
     if ided:
         # Beside each "within 10%" share the same share at the prior (no identification).
         out['identified_parameters'] = len(ided)
+        out['parameters_scored'] = len(rows)
+        out['within_10pct_all_count'] = int(round(_within(rows) * len(rows)))
+        out['within_10pct_all_count_at_prior'] = int(round(_within(rows, prior=True)
+                                                           * len(rows)))
         out['identified_within_10pct'] = _within(ided)
         out['identified_within_10pct_at_prior'] = _within(ided, prior=True)
         out['interval_coverage'] = float(np.mean([r['covered'] for r in rows]))
@@ -385,6 +449,10 @@ def summarize(cells: list[dict]) -> dict:
         if pinned:
             out['pinned_within_10pct'] = _within(pinned)
             out['pinned_within_10pct_at_prior'] = _within(pinned, prior=True)
+    flagged = [c['name'] for c in ok if c['identification'].get('arm_fit_warnings')]
+    out['arm_fit_flagged_cells'] = flagged   # contaminated / degenerate fits (warnings)
+    adapted = [c['name'] for c in ok if (c.get('goals') or {}).get('adapted')]
+    out['goals_adapted_cells'] = adapted
     held = [c['identification'] for c in ok
             if c['identification'].get('object_heldout_error_before')]
     if held:
@@ -411,6 +479,40 @@ def summarize(cells: list[dict]) -> dict:
         out['object_heldout_criterion_passed'] = sum(r['pass'] for r in crit)
         out['object_heldout_criterion_cells'] = len(crit)
     return out
+
+
+def _cell_row(c: dict) -> dict:
+    """One cell's line of the summary: outcome, success per policy on the cell and in the
+    identified twin, parameters within 10% (and at the prior), coverage, held-out."""
+    row = {'cell': c['name'], 'seed': c.get('seed'), 'completed': 'error' not in c,
+           'reason': c.get('reason'), 'wall_s': c.get('wall_s')}
+    if 'error' in c:
+        row['error'] = c['error'][:300]
+        return row
+    row['observation'] = c.get('observation', {}).get('source', 'truth')
+    for n in POLICIES:
+        p = c['policies'][n]
+        row[f'{n}_cell'] = p['cell']['success_rate']
+        row[f'{n}_twin_identified'] = p['twin_identified']['success_rate']
+        row[f'{n}_prediction_error_points'] = 100 * abs(p['twin_identified']['success_rate']
+                                                        - p['cell']['success_rate'])
+    rows = [r for r in c['identification']['parameters']
+            if r.get('truth') is not None and not r.get('offset')]
+    row['parameters'] = len(rows)
+    row['within_10pct'] = int(sum(r['relative_error'] <= 0.10 for r in rows))
+    row['within_10pct_at_prior'] = int(sum(
+        abs(r['prior'] - r['truth']) <= 0.10 * max(abs(r['truth']), 1e-9) for r in rows))
+    row['covered'] = int(sum(bool(r.get('covered')) for r in rows))
+    ident = c['identification']
+    if ident.get('object_heldout_error_before'):
+        row['heldout'] = heldout_criterion(ident['object_heldout_error_before'],
+                                           ident['object_heldout_error_after'],
+                                           ident.get('object_heldout_error_true_parameters'))
+    row['arm_fit_warnings'] = len(ident.get('arm_fit_warnings') or [])
+    g = c.get('goals') or {}
+    row['goals_adapted'] = bool(g.get('adapted'))
+    row['distance_range'] = g.get('distance_range')
+    return row
 
 
 HELDOUT_RATIO = 0.3      # after <= 0.3 x before ...
@@ -456,27 +558,58 @@ def _worker(args):
             events.put((cell, stage))
         else:
             print(f'[{time.strftime("%H:%M:%S")}] {cell}: {stage}', flush=True)
+    t0 = time.perf_counter()
     try:
         record = evaluate_cell(spec, cfg, out_dir, progress=progress)
         progress(spec.name, 'done')
+        record['wall_s'] = time.perf_counter() - t0
         return record
     except Exception as exc:   # one bad cell must not lose the others' results
+        from .reasons import classify
         progress(spec.name, 'failed')
-        return {'name': spec.name, 'spec_path': spec.source_path,
-                'error': f'{type(exc).__name__}: {exc}', 'traceback': traceback.format_exc()}
+        return {'name': spec.name, 'spec_path': spec.source_path, 'seed': cfg.seed,
+                'completed': False, 'reason': classify(exc),
+                'error': f'{type(exc).__name__}: {exc}', 'traceback': traceback.format_exc(),
+                'wall_s': time.perf_counter() - t0}
+
+
+def _indexed_worker(item):
+    i, args = item
+    return i, _worker(args)
 
 
 def run(specs, cfg: HarnessConfig, out_dir: str | Path, jobs: int = 1,
         json_path: str | Path | None = None, events=None) -> dict:
-    """Evaluate every cell (``jobs`` cells at a time, one core each) and write the JSON.
-    ``events``: a queue that receives (cell name, stage) as the cells progress."""
+    """Evaluate every cell (``jobs`` cells at a time, one core each) and write the JSON
+    (after every finished cell too: a long run's partial figures, ``partial`` true).
+    ``specs``: cell specs, or (spec, HarnessConfig) pairs (e.g. one seed per cell; ``cfg``
+    is then the report's config). ``events``: a queue that receives (cell name, stage) as
+    the cells progress."""
     from ..artifacts import atomic_write_text
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
-    if not cfg.nthread:     # the cores each cell has
-        import dataclasses
-        cfg = dataclasses.replace(cfg, nthread=max(1, (os.cpu_count() or 1)
-                                                   // max(1, min(jobs, len(specs)))))
+    import dataclasses
+    pairs = [s if isinstance(s, tuple) else (s, cfg) for s in specs]
+    per_cell = max(1, (os.cpu_count() or 1) // max(1, min(jobs, len(pairs))))
+
+    def with_threads(c):     # the cores each cell has
+        return c if c.nthread else dataclasses.replace(c, nthread=per_cell)
+    cfg = with_threads(cfg)
+    pairs = [(s, with_threads(c)) for s, c in pairs]
+    done: dict[int, dict] = {}
+
+    def report_of(cells, partial):
+        return {'schema': SCHEMA, 'task': cfg.task, 'trials': cfg.trials,
+                'robot_urdf': cfg.robot_urdf or 'default', 'config': _plain(asdict(cfg)),
+                'seeds': sorted({c.seed for _, c in pairs}), 'partial': partial,
+                'cells': cells, 'summary': summarize(cells),
+                'wall_s': time.perf_counter() - t0, 'cpus': os.cpu_count()}
+
+    def finished(i, record):
+        done[i] = record
+        if json_path is not None and len(done) < len(pairs):
+            cells = [done[k] for k in sorted(done)]
+            atomic_write_text(json_path, json.dumps(_plain(report_of(cells, True)), indent=1))
     if jobs > 1 and len(specs) > 1:
         ctx = multiprocessing.get_context('spawn')
         with ctx.Manager() as manager:
@@ -494,18 +627,19 @@ def run(specs, cfg: HarnessConfig, out_dir: str | Path, jobs: int = 1,
                 import threading
                 relay_thread = threading.Thread(target=relay, daemon=True)
                 relay_thread.start()
-            work = [(s, cfg, out_dir / s.name, q) for s in specs]
+            work = [(i, (s, c, out_dir / s.name, q)) for i, (s, c) in enumerate(pairs)]
             with ctx.Pool(min(jobs, len(work))) as pool:
-                cells = pool.map(_worker, work, chunksize=1)
+                for i, record in pool.imap_unordered(_indexed_worker, work, chunksize=1):
+                    finished(i, record)
+            cells = [done[k] for k in sorted(done)]
             stop = True
             if relay_thread is not None:
                 relay_thread.join(timeout=2)
     else:
-        cells = [_worker((s, cfg, out_dir / s.name, events)) for s in specs]
-    report = {'schema': SCHEMA, 'task': cfg.task, 'trials': cfg.trials,
-              'robot_urdf': cfg.robot_urdf or 'default', 'config': _plain(asdict(cfg)),
-              'cells': cells, 'summary': summarize(cells),
-              'wall_s': time.perf_counter() - t0, 'cpus': os.cpu_count()}
+        for i, (s, c) in enumerate(pairs):
+            finished(i, _worker((s, c, out_dir / s.name, events)))
+        cells = [done[k] for k in sorted(done)]
+    report = report_of(cells, False)
     if json_path is not None:
         atomic_write_text(json_path, json.dumps(_plain(report), indent=1))
     return report

@@ -18,6 +18,7 @@ import numpy as np
 from ..joint_trajectory import JointTrajectoryCommand
 from ..sysid.config import load_identification_config
 from ..sysid.fit import Recording
+from ..sysid.probes import multisine_probe
 from ..sysid.stage import FitSettings
 
 
@@ -80,6 +81,108 @@ def fit_settings(cfg) -> FitSettings:
     return FitSettings(nthread=max(1, int(getattr(cfg, 'nthread', 1) or 1)))
 
 
+PROBE_CLEARANCE = 0.03      # m: every arm link this far from every object and the table
+PROBE_DEEPEN = 0.005        # m: a link already that near at rest may come this much nearer
+PROBE_AMPLITUDES = (0.35, 0.25, 0.18, 0.12)   # rad, tried in turn until a probe is clear
+PROBE_SEEDS_PER_AMPLITUDE = 3
+
+
+def pair_distances(scene_twin, qs, margin: float = PROBE_CLEARANCE) -> dict:
+    """{(robot geom, scene geom): smallest distance (m)} over joint positions ``qs`` (N, J)
+    for the pairs nearer than ``margin`` (MuJoCo's collision with that margin): the robot is
+    every body but the world (the table) and the scene's ``object/`` bodies."""
+    import mujoco
+    m = scene_twin.model
+    d = mujoco.MjData(m)
+    robot = {b for b in range(1, m.nbody) if not m.body(b).name.startswith('object/')}
+    saved = m.geom_margin.copy()
+    m.geom_margin[:] = margin
+    out: dict = {}
+    try:
+        for qk in np.atleast_2d(np.asarray(qs, float)):
+            d.qpos[:] = m.qpos0
+            d.qpos[scene_twin._qadr] = qk
+            mujoco.mj_forward(m, d)
+            for c in d.contact[:d.ncon]:
+                g1, g2 = int(c.geom1), int(c.geom2)
+                r1, r2 = int(m.geom_bodyid[g1]) in robot, int(m.geom_bodyid[g2]) in robot
+                if r1 == r2:
+                    continue
+                key = (g1, g2) if r1 else (g2, g1)
+                out[key] = min(out.get(key, margin), float(c.dist))
+        return out
+    finally:
+        m.geom_margin[:] = saved
+
+
+def probe_clearance(scene_twin, probe, q_start, rest: dict | None = None,
+                    margin: float = PROBE_CLEARANCE, rate: float = 50.0) -> float:
+    """The probe's slack (m; >= 0: clear) along its reference from ``q_start``, sampled at
+    ``rate``, against the reconstructed scene (its table and every object): every
+    robot-to-scene pair stays ``margin`` apart, or, a pair already nearer at rest (``rest``:
+    :func:`pair_distances` at the start; e.g. a base link beside a high table's edge), comes
+    at most PROBE_DEEPEN nearer than there."""
+    traj = scene_twin._reference(np.asarray(q_start, float), probe.times, probe.positions,
+                                 probe.velocities)
+    t = np.arange(0.0, float(probe.times[-1]) + 1e-9, 1.0 / rate)
+    q, _ = scene_twin._sample(traj, t)
+    rest = rest or {}
+    slack = margin
+    for key, dist in pair_distances(scene_twin, q, margin).items():
+        need = margin if key not in rest else min(margin, rest[key] - PROBE_DEEPEN)
+        slack = min(slack, dist - need)
+    return slack
+
+
+def plan_arm_probes(robot, center, n: int, duration: float, scene_path: str | None):
+    """``n`` multisine probes about ``center``, each planned clear of every reconstructed
+    object and the table (:func:`probe_clearance`; smaller amplitudes, other seeds, until
+    clear). Returns (probes, record). CellEnded ARM_PROBES_BLOCKED when no probe is clear."""
+    scene = rest = None
+    if scene_path:
+        from ..twin import Twin
+        scene = Twin(robot, scene_path)
+        rest = pair_distances(scene, center)
+    try:
+        return _plan_arm_probes(robot, center, n, duration, scene, rest)
+    finally:
+        if scene is not None:
+            scene.close()
+
+
+def _plan_arm_probes(robot, center, n, duration, scene, rest):
+    from .reasons import CellEnded
+    probes, record, seed = [], [], 0
+    for _ in range(n):
+        chosen = None
+        for amp in PROBE_AMPLITUDES:
+            for _ in range(PROBE_SEEDS_PER_AMPLITUDE):
+                p = multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
+                                    robot.velocity_limits, duration=duration, amplitude=amp,
+                                    velocity_fraction=0.5, seed=seed, name=f'probe_{seed}')
+                seed += 1
+                slack = PROBE_CLEARANCE if scene is None else probe_clearance(scene, p, center,
+                                                                              rest)
+                if slack >= 0.0:
+                    chosen = (p, amp, slack)
+                    break
+                record.append({'probe': p.name, 'amplitude_rad': amp, 'rejected': True,
+                               'slack_m': slack})
+            if chosen:
+                break
+        if chosen is None:
+            raise CellEnded('ARM_PROBES_BLOCKED',
+                            f'no multisine arm probe about the ready pose (amplitudes '
+                            f'{PROBE_AMPLITUDES} rad) keeps the arm {100 * PROBE_CLEARANCE:.0f}'
+                            f' cm clear of the reconstructed table and objects: clear the '
+                            f'space under the ready pose')
+        probes.append(chosen[0])
+        record.append({'probe': chosen[0].name, 'amplitude_rad': chosen[1], 'rejected': False,
+                       'slack_m': chosen[2], 'checked': scene is not None,
+                       'near_at_rest': len(rest or {})})
+    return probes, record
+
+
 def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
                   recon_objects=None, scene_path: str | None = None,
                   controller_config: str | None = None) -> dict:
@@ -100,10 +203,10 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
     # Arm probes about the ready pose (executed and recorded as the executor's bag holds).
     world.reset()
     center = world.joint_positions()
+    with timer('arm_probe_planning'):    # clear of the reconstructed table and objects
+        probes, probe_plan = plan_arm_probes(robot, center, cfg.arm_probes,
+                                             cfg.arm_probe_duration, scene_path)
     with timer('arm_probes'):
-        probes = ident.arm_probes(robot, center, cfg.arm_probes,
-                                  duration=cfg.arm_probe_duration, amplitude=0.35,
-                                  velocity_fraction=0.5)
         arm_recs = [record_probe(world, p) for p in probes]
     # Objects: the task's object of the reconstructed scene (every object in the twin, so the
     # planner keeps strikes clear of the others).
@@ -122,7 +225,10 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
         strike_recs = ident.run_strikes(
             cell, robot, obj_twin, obj_specs, conf, cfg.object_strikes + 1,  # the last held out
             settings=settings, values=ident.arm_values(conf), timer=timer,
-            before_strike=cell.before_strike, scene=scene_path or '')
+            before_strike=cell.before_strike, scene=scene_path or '',
+            footprints={o.id: (np.asarray(o.position[:2], float),
+                               0.5 * float(np.hypot(o.extents[0], o.extents[1])))
+                        for o in (recon_objects or []) if o.id != found.id})
     finally:
         obj_twin.close()
     # The objects' true values in the twin's names and frame: the held-out floor (scoring).
@@ -147,6 +253,9 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
               'arm_residual_after': fit.residual_after, 'arm_fit_s': fit.wall_time,
               'arm_fit_method': fit.method, 'arm_fit_warnings': fit.warnings,
               'arm_condition_number': fit.diagnostics.get('condition_number'),
+              'arm_fit_at_bound': list(fit.diagnostics.get('at_bound') or []),
+              'arm_fit_spikes': len(fit.diagnostics.get('spikes') or []),
+              'arm_probe_plan': probe_plan,
               'object_frame_yaw': frame_yaw, 'strikes': len(strike_recs),
               'object_heldout_error_before': ofit.heldout_error_before,
               'object_heldout_error_after': ofit.heldout_error_after,

@@ -70,9 +70,30 @@ def find_table(points: np.ndarray, up=(0.0, 0.0, 1.0), max_tilt_deg: float = 15.
     _, _, vt = np.linalg.svd(pts - centroid, full_matrices=False)
     normal = vt[2] if vt[2] @ up > 0 else -vt[2]
     model = np.append(normal, -normal @ centroid)
+    pts = _largest_region(pts)
     try:
         hull = ConvexHull(pts[:, :2])
     except QhullError:
         raise ReconstructionError(ErrorCode.NO_TABLE_PLANE,
                                   'the table plane inliers are degenerate (a line)') from None
     return TablePlane(model, pts[hull.vertices, :2], n)
+
+
+def _largest_region(pts: np.ndarray, cell: float = 0.02) -> np.ndarray:
+    """The inliers of the largest connected region in x, y (``cell`` m grid, 8-connected).
+
+    A plane's inliers also hold the rings where it cuts the arm's and other vertical walls
+    (a table level with the robot's shoulder: depth noise puts those points outside the robot
+    mask's margin); their convex hull with the table's would stretch the outline over the
+    robot. The table is the largest connected patch; separate patches are left out."""
+    from scipy import ndimage
+    ij = np.floor(pts[:, :2] / cell).astype(int)
+    ij -= ij.min(axis=0)
+    grid = np.zeros(ij.max(axis=0) + 1, bool)
+    grid[ij[:, 0], ij[:, 1]] = True
+    labels, n = ndimage.label(grid, structure=np.ones((3, 3), bool))
+    if n <= 1:
+        return pts
+    lab = labels[ij[:, 0], ij[:, 1]]
+    keep = lab == np.argmax(np.bincount(lab)[1:]) + 1
+    return pts[keep]

@@ -335,8 +335,12 @@ def _push_profile(v: float, cfg: StrikeConfig):
 def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_start,
                       friction: dict[str, tuple[float, float, float]],
                       cfg: StrikeConfig | None = None, *, previous: dict | None = None,
-                      name: str = 'strike') -> StrikePlan:
+                      name: str = 'strike', obstacles=()) -> StrikePlan:
     """One probe striking every object that can be struck safely.
+
+    obstacles: other objects on the table (StrikeObject, or (xy, radius) footprints) that are
+    not struck: every strike's path and the tool's descent keep clear of them as of the
+    struck objects.
 
     friction: {id: (lower, estimate, upper)} of the sliding friction (the prior bounds before
     any estimate). previous: {id: heading of its last strike} (the next one prefers the
@@ -347,10 +351,19 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     previous = previous or {}
     q_start = np.asarray(q_start, float)
     ik = TiltedToolIK(robot, cfg.tilt)
-    z_top = table.height + max(o.height for o in objects)
+    obstacle_caps, obstacle_heights = [], []
+    for k, ob in enumerate(obstacles):
+        if isinstance(ob, StrikeObject):
+            obstacle_caps.append(_Capsule(ob.xy, ob.xy, ob.radius, f'object {ob.id!r}'))
+            obstacle_heights.append(ob.height)
+        else:
+            xy, r = np.asarray(ob[0], float)[:2], float(ob[1])
+            obstacle_caps.append(_Capsule(xy, xy, r, f'obstacle {k}'))
+    z_top = table.height + max([o.height for o in objects] + obstacle_heights)
     safe_z = z_top + cfg.safe_height
     vlim = cfg.joint_speed_fraction * np.asarray(robot.velocity_limits, float)
     occupied = [_Capsule(o.xy, o.xy, o.radius, f'object {o.id!r}') for o in objects]
+    occupied += obstacle_caps
     build = _Builder(q_start)
     tip0 = ik.tip(q_start)
     if tip0[2] < safe_z - 0.02:

@@ -164,10 +164,13 @@ class StrikeCell(Protocol):
 
 def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                 settings: FitSettings, values: dict, progress=None, log=None,
-                timer: StageTimer | None = None, before_strike=None, scene: str = '') -> list:
+                timer: StageTimer | None = None, before_strike=None, scene: str = '',
+                footprints: dict | None = None) -> list:
     """``n`` strike probes on ``cell`` (each strikes every object of ``specs`` once), planned
     from the tracked poses; the friction range of each plan from the fit of the strikes
-    before it. Returns the StrikeRecordings. MissingTopicsError (no object tracked),
+    before it. Every other object of the scene is kept clear of: a box or cylinder as tracked
+    now, one not tracked (an irregular object) by ``footprints`` ({id: (xy, radius)}, e.g.
+    the reconstruction's). Returns the StrikeRecordings. MissingTopicsError (no object tracked),
     ProbeExecutionError (an object lost or off the table, no strike possible),
     InvalidBoundsError (unusable strike / fit options)."""
     from .object_fit import ObjectFitOptions, identify_objects, strike_objects, table_region
@@ -195,7 +198,8 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
         if before_strike is not None:
             before_strike(r)
         with timer('tracked_poses'):
-            poses = {k: v for k, v in cell.tracked_poses(ids).items() if k in ids}
+            tracked = cell.tracked_poses(sorted(set(ids) | set(twin.object_ids)))
+            poses = {k: v for k, v in tracked.items() if k in ids}
         for oid, (xyz, _) in seen.items():
             if oid not in poses:
                 raise ProbeExecutionError(
@@ -209,13 +213,18 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                                           f'strike probe {r}')
         seen.update(poses)
         objs = strike_objects(twin, poses)
+        others = strike_objects(twin, {k: v for k, v in tracked.items() if k not in ids})
+        shown = set(ids) | {o.id for o in others}
+        others += [(np.asarray(xy, float)[:2], float(rad))
+                   for oid, (xy, rad) in (footprints or {}).items() if oid not in shown]
         if not objs:
             raise MissingTopicsError(f'the tracker does not see {ids} before strike {r} (it '
                                      f'reports {sorted(poses)})')
         with timer('strike_planning'):
             try:
                 plan = plan_strike_probe(robot, objs, table, cell.current_positions(),
-                                         friction, scfg, previous=previous, name=f'strike_{r}')
+                                         friction, scfg, previous=previous, name=f'strike_{r}',
+                                         obstacles=others)
             except ProbeError as exc:
                 if r == 0:
                     raise ProbeExecutionError(f'no strike probe: {exc}') from None

@@ -38,7 +38,8 @@ G = 9.81
 @dataclass
 class SlideConfig:
     object_id: str = 'box_0'
-    object_size: tuple[float, float, float] = (0.08, 0.06, 0.05)
+    object_size: tuple[float, float, float] = (0.08, 0.06, 0.05)   # a cylinder: (d, d, h)
+    object_shape: str = 'box'            # or an upright 'cylinder' (struck on its side)
     table_height: float = 0.0
     start_xy: tuple[float, float] = (0.48, 0.10)
     start_jitter: float = 0.02           # m, uniform box half-width around start_xy
@@ -63,6 +64,8 @@ class SlideConfig:
     waypoint_dt: float = 0.01            # s between trajectory points
     demo_friction: float = 0.5           # the friction a scripted demonstrator assumes
     demo_spread: float = 0.45            # log-normal spread of the demonstrator's speed
+    velocity_margin: float = 0.98        # of the joint velocity limits the strike's cubic
+    #                                      reference may reach (plan() slows it down to fit)
 
     def __post_init__(self):
         lo, hi = self.speed_range
@@ -73,6 +76,9 @@ class SlideConfig:
             raise TaskError(f'slide_to_target: distance_range {self.distance_range} invalid')
         if self.success_radius <= 0:
             raise TaskError('slide_to_target: success_radius must be > 0')
+        if self.object_shape not in ('box', 'cylinder'):
+            raise TaskError(f'slide_to_target: object_shape {self.object_shape!r} must be '
+                            f"'box' or 'cylinder'")
 
 
 class SlideToTarget:
@@ -143,7 +149,10 @@ class SlideToTarget:
         u = np.array([np.cos(theta), np.sin(theta)])
         hx, hy = c.object_size[0] / 2, c.object_size[1] / 2
         rel = theta - reset.object_yaw
-        contact = abs(hx * np.cos(rel)) + abs(hy * np.sin(rel)) + c.tool_radius
+        if c.object_shape == 'cylinder':
+            contact = hx + c.tool_radius
+        else:
+            contact = abs(hx * np.cos(rel)) + abs(hy * np.sin(rel)) + c.tool_radius
         start = reset.object_xy - u * (contact + c.approach_gap)
         # s(t): creep into contact, constant acceleration with the box up to `speed`, a short
         # cruise, then a hard stop that releases it.
@@ -172,9 +181,29 @@ class SlideToTarget:
         q = self.ik.solve_path(tip, q_start)
         qd = np.gradient(np.vstack([q_start, q]), np.concatenate([[0.0], t]), axis=0)[1:]
         qd[-1] = 0.0
+        scale = self.time_scale(q_start, t, q, qd)
+        if scale > 1.0:
+            # The cubic reference the controller follows through these points (and the
+            # executor's validator checks, exactly) would exceed a joint's velocity limit:
+            # the same path, slower (a near-limit strike is as fast as this arm goes).
+            t, qd, t_end = t * scale, qd / scale, t_end * scale
         return {'q_start': q_start, 'q_above': q_above, 'times': t, 'positions': q,
-                'velocities': qd,
+                'velocities': qd, 'time_scale': scale,
                 'duration': float(t_end + c.settle_time), 'strike_heading': theta}
+
+    def time_scale(self, q_start, t, q, qd) -> float:
+        """The factor (>= 1) to stretch the strike's times by so that the cubic reference
+        through (0, q_start, rest), (t, q, qd) keeps every joint within
+        ``velocity_margin`` x its velocity limit (1.0: within already). Stretching the
+        times by k divides every reference velocity by k exactly."""
+        from ..joint_trajectory import Spline
+        vmax = np.asarray(self.robot.velocity_limits, float) * self.cfg.velocity_margin
+        if not np.all(np.isfinite(vmax)) or np.any(vmax <= 0):
+            return 1.0
+        spline = Spline.through(np.concatenate([[0.0], t]), np.vstack([q_start, q]),
+                                np.vstack([np.zeros_like(q_start), qd]), kind='cubic')
+        peak = spline.extrema().speed.max(axis=0)
+        return float(max(1.0, np.max(peak / vmax)))
 
     def _outcome(self, reset: ResetSample, xyz, quat) -> dict:
         w, x, y, _ = np.asarray(quat, float) / np.linalg.norm(quat)

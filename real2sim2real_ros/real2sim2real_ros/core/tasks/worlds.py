@@ -30,9 +30,10 @@ OBJECT_GEOM_PRIORITY = 1   # like the emulated cell: the object's friction rules
 class TaskObject:
     """The manipulated object as the twin knows it (geometry reconstructed, physics a guess)."""
     id: str
-    size: tuple[float, float, float]        # box extents, m
+    size: tuple[float, float, float]        # box extents, m (a cylinder: d, d, h)
     mass: float = 0.2                        # kg (prior: volume x density)
     friction: float = 0.5                    # sliding friction (prior)
+    shape: str = 'box'                       # 'box' or an upright 'cylinder'
 
     @property
     def half_height(self) -> float:
@@ -61,9 +62,21 @@ def quat_yaw(quat) -> float:
 
 
 def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable()) -> str:
-    """MJCF scene (scene_mjcf format: table + ``object/<id>`` free body) for one box."""
+    """MJCF scene (scene_mjcf format: table + ``object/<id>`` free body) for one box or
+    upright cylinder."""
+    if obj.shape not in ('box', 'cylinder'):
+        raise ValueError(f'object {obj.id!r}: a task scene holds a box or a cylinder, got '
+                         f'{obj.shape!r}')
     hx, hy, hz = (s / 2 for s in obj.size)
-    ixx, iyy, izz = (obj.mass * (a * a + b * b) / 3 for a, b in ((hy, hz), (hx, hz), (hx, hy)))
+    if obj.shape == 'cylinder':
+        r = hx
+        ixx = iyy = obj.mass * (3 * r * r + 4 * hz * hz) / 12
+        izz = obj.mass * r * r / 2
+        geom = f'type="cylinder" size="{r} {hz}"'
+    else:
+        ixx, iyy, izz = (obj.mass * (a * a + b * b) / 3
+                         for a, b in ((hy, hz), (hx, hz), (hx, hy)))
+        geom = f'type="box" size="{hx} {hy} {hz}"'
     name = OBJECT_PREFIX + obj.id
     tx, ty = table.center
     # Elliptic friction cones: MuJoCo's default pyramidal cone makes sliding anisotropic (a box
@@ -77,7 +90,7 @@ def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable()) -> str:
     <body name="{name}" pos="{tx} {ty} {table.height + hz}">
       <freejoint name="{name}"/>
       <inertial pos="0 0 0" mass="{obj.mass}" diaginertia="{ixx} {iyy} {izz}"/>
-      <geom name="{name}" type="box" size="{hx} {hy} {hz}" condim="4" mass="0"
+      <geom name="{name}" {geom} condim="4" mass="0"
             priority="{OBJECT_GEOM_PRIORITY}" friction="{obj.friction} 0.005 0.0001"/>
     </body>
   </worldbody>
