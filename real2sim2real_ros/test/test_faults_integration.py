@@ -200,6 +200,16 @@ class _LaggingCell:
         msg.header.stamp = Time(sec=int(t), nanosec=int((t % 1) * 1e9))
         self.pub.publish(msg)
 
+    def wait_matched(self, timeout: float = 30.0):
+        """Until the executor's joint_states subscription has matched this publisher, plus
+        0.5 s for the other side of discovery (one CI run started the goal before the fresh
+        publisher was discovered: 'joint_states stopped arriving for 1.00 s')."""
+        deadline = time.monotonic() + timeout
+        while self.pub.get_subscription_count() < 1:
+            assert time.monotonic() < deadline, 'the executor never subscribed to joint_states'
+            time.sleep(0.05)
+        time.sleep(0.5)
+
     def _spin(self):
         try:
             self.executor.spin()
@@ -224,6 +234,7 @@ def test_old_states_are_stale_state_not_a_tracking_error(graph, lag, code):
     q = [0.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0]
     cell = _LaggingCell(q, lag)
     try:
+        cell.wait_matched()
         deadline = time.monotonic() + 30
         while not (resp := cmd.arm(wait=30)).success and time.monotonic() < deadline:
             time.sleep(0.2)
