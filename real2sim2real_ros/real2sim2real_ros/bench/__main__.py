@@ -26,6 +26,14 @@ from rich.console import Console
 from rich.table import Table
 
 
+def _save(name: str, out) -> None:
+    """bench_results/<name>.json, the record of one bench verb."""
+    out_dir = Path('bench_results')
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / f'{name}.json').write_text(json.dumps(out, indent=2, default=str))
+    print(f'saved {out_dir / f"{name}.json"}')
+
+
 def object_id(argv) -> int:
     import argparse
 
@@ -37,40 +45,28 @@ def object_id(argv) -> int:
                    help='identify: 2 arm probes first (5 probes in all); truth: the arm given')
     args = p.parse_args(argv)
     out = object_id_bench.main(args.cells, args.seed, arm=args.arm)
-    out_dir = Path('bench_results')
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / 'object_id.json').write_text(json.dumps(out, indent=2, default=str))
-    print(f'saved {out_dir / "object_id.json"}')
+    _save('object_id', out)
     return 0
 
 
 def arm_id(argv) -> int:
     from real2sim2real_ros.bench import arm_id_bench
     out = arm_id_bench.main(argv or ('harness', 'live'))
-    out_dir = Path('bench_results')
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / 'arm_id.json').write_text(json.dumps(out, indent=2, default=str))
-    print(f'saved {out_dir / "arm_id.json"}')
+    _save('arm_id', out)
     return 0
 
 
 def identify(argv) -> int:
     from real2sim2real_ros.bench import identify_bench
     out = identify_bench.main(argv)
-    out_dir = Path('bench_results')
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / 'identify.json').write_text(json.dumps(out, indent=2, default=str))
-    print(f'saved {out_dir / "identify.json"}')
+    _save('identify', out)
     return 0
 
 
 def model_gap(argv) -> int:
     from real2sim2real_ros.bench import model_gap_bench
     out = model_gap_bench.main(tuple(argv) or ('default', 'drake_default'))
-    out_dir = Path('bench_results')
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / 'model_gap.json').write_text(json.dumps(out, indent=2, default=str))
-    print(f'saved {out_dir / "model_gap.json"}')
+    _save('model_gap', out)
     return 0
 
 
