@@ -474,10 +474,10 @@ def test_estop_mid_policy_holds_within_the_measured_bound_and_disarms(
     stop ramp on the controller topic, and -> measured joint speeds < 0.05 rad/s; the
     episode ends STOPPED, the executor is disarmed, and the next goal without ~/arm is
     NOT_ARMED and moves nothing."""
+    from conftest import TopicListener
     from sensor_msgs.msg import JointState
     from trajectory_msgs.msg import JointTrajectory
 
-    from conftest import TopicListener
     from real2sim2real_ros import qos
     _, cmd, _ = graph
     ckpt = _constant_push_checkpoint(robot, tmp_path / 'estop_push', [0.08, 0.0],
@@ -495,9 +495,10 @@ def test_estop_mid_policy_holds_within_the_measured_bound_and_disarms(
             time.sleep(0.5)
             xy = object_tracker.pose()[0]
             out, feedback = {}, []
-            worker = threading.Thread(target=lambda: out.setdefault(
-                'result', cmd.execute_policy(ckpt, list(xy + [0.1, 0.0]), max_duration=30,
-                                             feedback=feedback.append, timeout=60)))
+            worker = threading.Thread(target=lambda out=out, feedback=feedback, xy=xy:
+                                      out.setdefault('result', cmd.execute_policy(
+                                          ckpt, list(xy + [0.1, 0.0]), max_duration=30,
+                                          feedback=feedback.append, timeout=60)))
             worker.start()
             deadline = time.monotonic() + 30
             # Pushing (past the approach) and the arm measured moving (> 0.1 rad/s).

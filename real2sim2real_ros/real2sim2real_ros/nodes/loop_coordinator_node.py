@@ -41,7 +41,10 @@ without an artifact -> INVALID_GOAL naming it; resume skips the leading stages w
 artifacts exist). Feedback: ``stage`` ("<stage>" or "<stage>: <detail>"; the stage name is
 the text before the first colon) and overall ``progress`` 0..1. Cancel cancels the running
 child goal, waits for it and ends CANCELED. A child that fails -> STAGE_FAILED with
-``failed_stage`` and the child's error code name and text. Every planned goal writes
+``failed_stage`` and the child's error code name and text; a child whose action server
+goes away mid-goal (its node killed; with the launch files' ``respawn:=true`` it is started
+again) -> STAGE_FAILED naming the gone server within SERVER_CHECK_PERIOD plus DDS's notice of
+the dead process, and ``resume`` then redoes that stage only. Every planned goal writes
 ``<run_dir>/loop_NNN/`` (summary.json, stage_times.png, parameters.png, success.png,
 manifest.json; core/loop_report.py), also when it fails or is canceled; ``summary_path``
 names it. One goal at a time (another is rejected while one runs).

@@ -6,6 +6,8 @@ Action ``~/train`` (real2sim2real_msgs/action/Train):
 * ``parameters_path``: an identified ParameterSet (system_identification's
   ``identify_NNN/parameters.yaml``, or that folder); empty = the nominal twin. Unreadable, or
   naming elements the twin lacks, or invalid values: INVALID_PARAMETERS with the reason;
+  values that make the twin diverge (core.twin.Twin.check_stable: a small move of the arm),
+  or a twin that diverges during training: UNSTABLE_TWIN naming the set or the stage;
 * ``randomize``: domain randomisation from the parameters' 95% intervals during
   self-imitation and PPO (core/policies/randomization.py; nothing to randomise without
   identified parameters);
