@@ -36,6 +36,7 @@ from .supervision import (
     check_motion,
     finish_goal,
     finite_or,
+    run_guarded,
 )
 
 Result = ExecutePolicy.Result
@@ -94,19 +95,9 @@ class PolicyGoals:
         if ex is None:
             return self._finish(goal_handle, result, *refused)
         run = PolicyRun()
-        stage = None
-        try:
-            stage = self._new_stage(goal_handle.request)
-            code, message = self._run(goal_handle, ex, result, stage, run)
-        except Abort as exc:
-            code, message = exc.code, exc.message
-        except Exception as exc:  # noqa: BLE001 - bad input must never kill the node
-            n.get_logger().error(f'policy execution failed unexpectedly: {exc!r}')
-            if ex.t0 is not None:
-                n.send_stop(ex)
-            code, message = Result.STOPPED, f'internal error: {exc}; holding position'
-        finally:
-            n.release()
+        code, message = run_guarded(n, ex, 'policy execution', Result.STOPPED,
+                                    lambda: self._run(goal_handle, ex, result, run))
+        stage = ex.stage
         n.recorder.close_bag(ex, result)
         result.steps = int(run.episode.steps) if run.episode is not None else 0
         result.duration = float(n.now() - run.t_start) if run.t_start is not None else 0.0
@@ -166,11 +157,12 @@ class PolicyGoals:
                                  'max_duration_used': max_duration,
                                  'checkpoint_metadata': loaded.config.get('metadata', {})})
 
-    def _run(self, goal_handle, ex: Execution, result, stage, run: PolicyRun):
+    def _run(self, goal_handle, ex: Execution, result, run: PolicyRun):
         import torch  # the policy runtime: imported on the first policy goal, not at start-up
         torch.set_num_threads(1)
         from ...core import policy_execution as pe
         n, req = self.node, goal_handle.request
+        ex.stage = stage = self._new_stage(req)
         try:
             self._prepare(req, run, stage)
         except pe.ExecutionError as exc:

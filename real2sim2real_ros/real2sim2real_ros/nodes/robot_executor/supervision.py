@@ -54,6 +54,7 @@ class Execution:
     frozen: bool = False               # tracking statistics stop at the stop/abort command
     poses: object = None               # policy goals: core.policy_execution.PoseBuffer
     tracked_topic: str = ''
+    stage: object = None               # core.artifacts stage of the goal, once made
 
 
 @dataclass
@@ -133,3 +134,20 @@ def finish_goal(node, goal_handle, result, code: int, message: str, names: dict,
 def finite_or(value: float, default: float) -> float:
     """``value`` when finite and positive, else ``default`` (a goal field left at 0 / NaN)."""
     return value if math.isfinite(value) and value > 0 else default
+
+
+def run_guarded(node, ex: Execution, what: str, internal_code: int, body):
+    """``body()`` -> (code, message) for a claimed goal: an :class:`Abort` ends it with its
+    code; any other exception (bad input must never kill the node) holds the arm if something
+    moved and ends it with ``internal_code``; the goal is released either way."""
+    try:
+        return body()
+    except Abort as exc:
+        return exc.code, exc.message
+    except Exception as exc:  # noqa: BLE001 - bad input must never kill the node
+        node.get_logger().error(f'{what} failed unexpectedly: {exc!r}')
+        if ex.t0 is not None:
+            node.send_stop(ex)
+        return internal_code, f'internal error: {exc}; holding position'
+    finally:
+        node.release()

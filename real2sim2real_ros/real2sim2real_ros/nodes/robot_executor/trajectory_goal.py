@@ -28,6 +28,7 @@ from .supervision import (
     check_motion,
     finish_goal,
     finite_or,
+    run_guarded,
 )
 
 Result = ExecuteTrajectory.Result
@@ -57,19 +58,9 @@ class TrajectoryGoals:
         ex, refused = n.claim(goal_handle, Result)
         if ex is None:
             return self._finish(goal_handle, result, *refused)
-        stage = None
-        try:
-            stage = self._new_stage(goal_handle.request)
-            code, message = self._run(goal_handle, ex, stage)
-        except Abort as exc:
-            code, message = exc.code, exc.message
-        except Exception as exc:  # noqa: BLE001 - bad input must never kill the node
-            n.get_logger().error(f'execution failed unexpectedly: {exc!r}')
-            if ex.t0 is not None:
-                n.send_stop(ex)
-            code, message = Result.BACKEND_UNAVAILABLE, f'internal error: {exc}'
-        finally:
-            n.release()
+        code, message = run_guarded(n, ex, 'execution', Result.BACKEND_UNAVAILABLE,
+                                    lambda: self._run(goal_handle, ex))
+        stage = ex.stage
         n.recorder.close_bag(ex, result)
         self._fill_stats(ex, result)
         if stage is not None:
@@ -119,9 +110,10 @@ class TrajectoryGoals:
         except es.TrajectoryViolation as v:
             raise Abort(getattr(Result, v.kind), v.message) from None
 
-    def _run(self, goal_handle, ex: Execution, stage):
+    def _run(self, goal_handle, ex: Execution):
         n, p = self.node, self.node.p
         request = goal_handle.request
+        ex.stage = stage = self._new_stage(request)
         validated, q0 = self._validate(request)
         if stage is not None:
             stage.inputs['start_position'] = q0.tolist()
