@@ -174,7 +174,7 @@ def build_task_and_twin(robot, task_name: str, *, scene: SceneInfo | None = None
                         overrides: dict | None = None):
     """(task, twin, TwinInputs). Raises TaskError (unknown task / bad config), SceneError,
     ParameterError (names the twin lacks, invalid values), UnstableTwinError (``parameters``
-    make the twin diverge holding the arm still: Twin.check_stable), TwinError.
+    make the twin diverge in a small move of the arm: Twin.check_stable), TwinError.
 
     ``task_config`` (a checkpoint's) wins over the scene's geometry; ``overrides`` (task
     config entries, e.g. the evaluation harness's start position, ``object_shape`` and goal

@@ -491,7 +491,7 @@ class PolicyTrainerNode(Node):
                         else str(exc)) from None
         except UnstableTwinError as exc:
             where = f'parameter set {parameters_path}' if parameters_path else 'the twin'
-            raise _Fail(unstable, f'{where} makes the twin diverge holding the arm still: '
+            raise _Fail(unstable, f'{where} makes the twin diverge in a small move of the arm: '
                         f'{exc}') from None
         except (TaskError, SceneError, TwinError) as exc:
             raise _Fail(failed, str(exc)) from None

@@ -538,13 +538,14 @@ class SimServerNode(Node):
             except (ParameterError, ValueError) as exc:
                 resp.success, resp.message = False, str(exc)
                 return resp
-            try:   # all or nothing: a set the twin cannot even hold still with changes nothing
+            try:   # all or nothing: a set that blows up in a small move changes nothing
                 twin.check_stable(object_poses=self._object_poses(twin))
             except UnstableTwinError as exc:
                 twin.restore(saved)
                 resp.success = False
                 resp.message = (f'{UNSTABLE}: these {len(values)} parameter value(s) make the '
-                                f'twin diverge holding the arm still ({exc}); nothing changed')
+                                f'twin diverge in a small move of the arm ({exc}); nothing '
+                                f'changed')
                 return resp
             for p in req.parameters:
                 self._values[p.name] = p.value
