@@ -160,6 +160,9 @@ class _Run:
                                   'artifact': '', 'reason': s.reason, 'detail': {}}
                         for s in plan}
         self.child = None                 # the running child goal's handle
+        # Held while the stage changes and while a child's feedback is relayed: a late
+        # feedback of a finished child is never published under the next stage's name.
+        self.feedback_lock = threading.Lock()
         self.last_feedback = ('', 0.0)
         self.twin = None                  # SuccessCount dicts
         self.train_twin = None
@@ -355,8 +358,13 @@ class LoopCoordinatorNode(Node):
                 raise _StageFailed(f'{what}: action {self._names[id(client)]} is not '
                                    'available')
             time.sleep(0.1)
-        send = client.send_goal_async(goal, feedback_callback=(
-            (lambda m: on_feedback(m.feedback)) if on_feedback else None))
+        stage, finished = run.stage, [False]
+
+        def relay(msg):     # only while this child is the running stage's (see _Run)
+            with run.feedback_lock:
+                if run.stage == stage and not finished[0]:
+                    on_feedback(msg.feedback)
+        send = client.send_goal_async(goal, feedback_callback=relay if on_feedback else None)
         handle = self._wait(run, send, 30.0, f'{what} goal', cancelable=False)
         if not handle.accepted:
             raise _StageFailed(f'{what}: {self._names[id(client)]} rejected the goal (busy '
@@ -389,6 +397,8 @@ class LoopCoordinatorNode(Node):
                     raise _StageFailed(f'{what}: no result within stage_timeout '
                                        f'{self._p("stage_timeout"):.0f} s (canceled)')
         finally:
+            with run.feedback_lock:
+                finished[0] = True
             run.child = None
         return res_future.result().result
 
@@ -430,7 +440,8 @@ class LoopCoordinatorNode(Node):
         code, message, failed = RR.NONE, '', ''
         try:
             for step in plan:
-                run.stage = step.stage
+                with run.feedback_lock:
+                    run.stage = step.stage
                 rec = run.records[step.stage]
                 if step.skip:
                     run.artifacts[step.stage] = step.artifact
@@ -468,7 +479,8 @@ class LoopCoordinatorNode(Node):
         except Exception as exc:  # noqa: BLE001 - the loop's outcome stands without it
             self.get_logger().error(f'run_loop: cannot write the summary: {exc!r}')
         if code == RR.NONE:
-            run.stage = 'done'
+            with run.feedback_lock:
+                run.stage = 'done'
             run.goal_handle.publish_feedback(RunLoop.Feedback(stage='done', progress=1.0))
             goal_handle.succeed()
             self.get_logger().info(f'run_loop: done in {time.monotonic() - run.t0:.1f} s; '
