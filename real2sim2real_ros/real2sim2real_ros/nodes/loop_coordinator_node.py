@@ -370,36 +370,40 @@ class LoopCoordinatorNode(Node):
             raise _StageFailed(f'{what}: {self._names[id(client)]} rejected the goal (busy '
                                f'with another goal?)')
         run.child = handle
-        got = threading.Event()
-        res_future = handle.get_result_async()
-        res_future.add_done_callback(lambda _f: got.set())
-        deadline = time.monotonic() + float(self._p('stage_timeout'))
-        name = self._names[id(client)]
-        server = self._server_endpoints(name)     # the process that accepted the goal
-        next_check = time.monotonic() + SERVER_CHECK_PERIOD
         try:
-            while not got.wait(0.1):
-                if server and time.monotonic() > next_check:
-                    next_check = time.monotonic() + SERVER_CHECK_PERIOD
-                    if not server & self._server_endpoints(name):
-                        raise _StageFailed(
-                            f'{what}: the action server {name} that accepted the goal is '
-                            f'gone (its node died or was restarted); the goal is lost')
-                try:
-                    self._check_cancel(run)
-                except _Canceled:
-                    handle.cancel_goal_async()
-                    got.wait(CANCEL_GRACE)
-                    raise
-                if time.monotonic() > deadline:
-                    handle.cancel_goal_async()
-                    got.wait(CANCEL_GRACE)
-                    raise _StageFailed(f'{what}: no result within stage_timeout '
-                                       f'{self._p("stage_timeout"):.0f} s (canceled)')
+            return self._await_child(run, handle, self._names[id(client)], what)
         finally:
             with run.feedback_lock:
                 finished[0] = True
             run.child = None
+
+    def _await_child(self, run: _Run, handle, name: str, what: str):
+        """The accepted child goal's result; cancels it on cancel or stage_timeout; fails when
+        the server process that accepted it is gone."""
+        got = threading.Event()
+        res_future = handle.get_result_async()
+        res_future.add_done_callback(lambda _f: got.set())
+        deadline = time.monotonic() + float(self._p('stage_timeout'))
+        server = self._server_endpoints(name)     # the process that accepted the goal
+        next_check = time.monotonic() + SERVER_CHECK_PERIOD
+        while not got.wait(0.1):
+            if server and time.monotonic() > next_check:
+                next_check = time.monotonic() + SERVER_CHECK_PERIOD
+                if not server & self._server_endpoints(name):
+                    raise _StageFailed(
+                        f'{what}: the action server {name} that accepted the goal is '
+                        f'gone (its node died or was restarted); the goal is lost')
+            try:
+                self._check_cancel(run)
+            except _Canceled:
+                handle.cancel_goal_async()
+                got.wait(CANCEL_GRACE)
+                raise
+            if time.monotonic() > deadline:
+                handle.cancel_goal_async()
+                got.wait(CANCEL_GRACE)
+                raise _StageFailed(f'{what}: no result within stage_timeout '
+                                   f'{self._p("stage_timeout"):.0f} s (canceled)')
         return res_future.result().result
 
     def _server_endpoints(self, action_name: str) -> set[bytes]:
