@@ -81,6 +81,7 @@ from real2sim2real_msgs.srv import ResetObjects
 
 from .. import qos
 from ..core import loop_plan as lp
+from ..core.geometry import quat_msg_yaw
 from ..goal_client import GoalClient, code_name
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
@@ -137,10 +138,6 @@ def scene_from_manifest(artifact: lp.Artifact, frame: str) -> Scene:
             collision_paths=[str(p) for p in o.get('collision_paths', [])],
             fit_residual=float(o.get('fit_residual', 0.0))))
     return scene
-
-
-def _yaw(q) -> float:
-    return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
 
 
 class _Run:
@@ -641,7 +638,7 @@ class LoopCoordinatorNode(Node):
         with self._lock:
             for oid, pose in zip(msg.ids, msg.poses):
                 o = pose.orientation
-                self._poses[oid] = (pose.position.x, pose.position.y, _yaw(o), now,
+                self._poses[oid] = (pose.position.x, pose.position.y, quat_msg_yaw(o), now,
                                     (pose.position.x, pose.position.y, pose.position.z),
                                     (o.w, o.x, o.y, o.z), stamp)
 
