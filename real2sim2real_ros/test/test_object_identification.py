@@ -64,6 +64,8 @@ def test_strike_plan_keeps_objects_on_the_table_and_upright(robot):
                              {o.id: (0.2, 0.5, 1.0) for o in objs}, StrikeConfig())
     # The default cylinder (8 cm tall on 6 cm) would topple sliding with a friction near 1.
     assert 'cylinder_0' in plan.skipped and 'tip over' in plan.skipped['cylinder_0']
+    # ... and the refusal says how slow a release would be safe (0.44 m/s: 6 cm x 8 cm).
+    assert '0.44 m/s surely would not' in plan.skipped['cylinder_0']
     (s,) = plan.strikes
     box = spec.object('box_0')
     rel = (s.heading - box.yaw) % np.pi

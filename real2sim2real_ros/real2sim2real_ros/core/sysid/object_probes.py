@@ -41,7 +41,7 @@ import numpy as np
 from .probes import Probe, ProbeError
 
 __all__ = ['StrikeConfig', 'StrikeInfo', 'StrikeObject', 'StrikePlan', 'TableRegion',
-           'TiltedToolIK', 'plan_strike_probe']
+           'TiltedToolIK', 'plan_strike_probe', 'tip_energy_speed']
 
 G = 9.81
 
@@ -418,14 +418,30 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     return StrikePlan(probe, strikes, skipped)
 
 
+def tip_energy_speed(edge: float, h_com: float, g: float = G) -> float:
+    """The release speed (m/s) below which a rigid object sliding on a table cannot tip over
+    its front edge whatever the friction: tipping lifts the centre of mass (``h_com`` above
+    the table, ``edge`` horizontally behind the edge) by ``hypot(edge, h_com) - h_com``, which
+    the kinetic energy 1/2 v^2 must pay (friction only takes energy away). A necessary
+    condition, not a sufficient one: measured in MuJoCo (docs/identification.md, "Tall
+    objects") free slides first tip at 1.4-1.8 x this speed."""
+    return math.sqrt(2.0 * g * (math.hypot(edge, h_com) - h_com))
+
+
 def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, safe_z, q_seed,
                  mu_hi=1.0):
     u = np.array([np.cos(heading), np.sin(heading)])
     # Sliding, friction tips an object over its front edge when mu h_com > (COM to the edge).
     edge = obj.half_extent_along(heading)
     if mu_hi * obj.height / 2 > cfg.tip_margin * edge:
+        # A release slower than tip_energy_speed could not tip it, but this strike does not
+        # release that cleanly: measured (docs/identification.md, "Tall objects"), its tool
+        # catches such an object after the release and tips it at 0.25-0.4 m/s.
         return None, (f'it could tip over (friction up to {mu_hi:.2f} x centre height '
-                      f'{obj.height / 2:.3f} m > {cfg.tip_margin} x {edge:.3f} m to its edge)')
+                      f'{obj.height / 2:.3f} m > {cfg.tip_margin} x {edge:.3f} m to its edge; '
+                      f'only a release below '
+                      f'{tip_energy_speed(edge, obj.height / 2):.2f} m/s surely would not, '
+                      f'slower than this strike releases cleanly)')
     free, why = _free_length(obj, u, table, occupied, cfg)
     contact = obj.half_extent_along(heading) + cfg.tool_radius * np.cos(cfg.tilt) + cfg.gap
     start = obj.xy - u * contact
