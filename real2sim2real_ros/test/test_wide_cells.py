@@ -198,6 +198,76 @@ def test_the_energy_bound_holds_in_mujoco_for_a_tall_object(shape, size):
     assert not _free_slide_tips(shape, size, 0.3, 2.2 * v_e)
 
 
+def _strike_tall_box(robot, mu, cfg=None, com=(0.0075, 0.0, 0.018)):
+    """Plan a strike on a 5x5x9 cm box (centre of mass at the wide prior's extreme: 15% of
+    the extent forward, 20% of the height up) on the default cell from the prior's friction
+    bounds, run it on the emulated cell: (strike, still upright, distance moved)."""
+    import copy
+
+    import yaml
+
+    from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
+    from real2sim2real_ros.core.emulated_world import EmulatedWorld
+    from real2sim2real_ros.core.joint_trajectory import JointTrajectoryCommand
+    from real2sim2real_ros.core.sysid.object_probes import (
+        StrikeConfig,
+        StrikeObject,
+        TableRegion,
+        plan_strike_probe,
+    )
+    d = copy.deepcopy(yaml.safe_load(open(default_cell_spec_path())))
+    d['objects'] = [{'id': 'o', 'shape': 'box', 'size': [0.05, 0.05, 0.09], 'mass': 0.2,
+                     'pose': {'xyz': [0.46, 0.0], 'yaw': 0.0}, 'com_offset': list(com),
+                     'friction': [mu, 0.005, 0.0001]}]
+    spec = load_cell_spec(d)
+    t = spec.table
+    table = TableRegion(np.array(t.center[:2]), np.array(t.size[:2]), t.height)
+    obj = StrikeObject('o', 'box', (0.05, 0.05, 0.09), np.array([0.46, 0.0]), 0.0,
+                       t.height + 0.045)
+    plan = plan_strike_probe(robot, [obj], table, np.asarray(spec.robot.initial_positions),
+                             {'o': (0.2, 0.5, 1.0)}, cfg or StrikeConfig())
+    world = EmulatedWorld(spec)
+    p = plan.probe
+    world.set_trajectory(JointTrajectoryCommand(p.joint_names, p.times, p.positions,
+                                                p.velocities), now=world.time)
+    world.step_for(p.duration + 0.3)
+    xyz, q = world.object_poses()['o']
+    up_z = 1 - 2 * (q[1] ** 2 + q[2] ** 2)
+    return plan.strikes[0], bool(up_z > 0.95), float(np.hypot(xyz[0] - 0.46, xyz[1]))
+
+
+def test_a_tall_box_gets_a_gentle_strike_that_leaves_it_upright(robot):
+    from real2sim2real_ros.core.sysid.object_probes import StrikeConfig
+    # Before, refused (OBJECT_WOULD_TIP): friction up to 1.0 x 0.045 > 0.75 x 0.025.
+    strike, upright, moved = _strike_tall_box(robot, 1.0)
+    assert strike.gentle and strike.speed <= 0.9 * tip_energy_speed(0.02, 0.054) + 1e-9
+    assert upright and moved >= 0.008, (strike.speed, moved)
+    # The same box struck the ordinary way (rule off) at 0.6 m/s: tipped.
+    fast = StrikeConfig(tip_margin=1e3, speed_min=0.599, speed_max=0.6, target_slide=5.0)
+    strike, upright, _ = _strike_tall_box(robot, 1.0, fast)
+    assert not strike.gentle and strike.speed == pytest.approx(0.6, abs=0.002)
+    assert not upright
+
+
+def test_an_object_no_gentle_strike_moves_measurably_ends_object_would_tip(robot):
+    from real2sim2real_ros.core.sysid.object_probes import (
+        StrikeConfig,
+        StrikeObject,
+        TableRegion,
+        plan_strike_probe,
+    )
+    from real2sim2real_ros.core.sysid.probes import ProbeError
+    from real2sim2real_ros.core.tasks.kinematics import READY_POSE
+    table = TableRegion(np.array([0.6, 0.0]), np.array([0.7, 0.8]), 0.0)
+    # 4x4x10 cm: the gentlest strike that cannot tip it is 0.18 m/s.
+    obj = StrikeObject('o', 'box', (0.04, 0.04, 0.10), np.array([0.46, 0.0]), 0.0, 0.05)
+    with pytest.raises(ProbeError) as exc:
+        plan_strike_probe(robot, [obj], table, np.array(READY_POSE), {'o': (0.2, 0.5, 1.0)},
+                          StrikeConfig(gentle_speed_min=0.2))
+    assert classify(exc.value) == 'OBJECT_WOULD_TIP'
+    assert 'gentlest strike that cannot tip it (0.18 m/s' in str(exc.value)
+
+
 def test_clutter_stays_off_the_task_work_area():
     rng = np.random.default_rng(7)
     n_clutter = 0

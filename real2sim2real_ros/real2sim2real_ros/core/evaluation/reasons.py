@@ -21,12 +21,10 @@ REASONS = {
                           'act on (slide_to_target: boxes and cylinders; push_to_pose: boxes)',
     'ARM_PROBES_BLOCKED': 'no arm identification probe about the ready pose keeps the arm '
                           'clear of the reconstructed table and objects: clear that space',
-    'OBJECT_WOULD_TIP': 'the object is tall for its footprint: at the friction bounds a slide '
-                        'could tip it over (friction x centre height > 0.75 x the distance to '
-                        'its edge), so no strike is planned (the message names the release '
-                        'speed below which it could not tip, slower than the strike releases '
-                        'cleanly); a lower / wider object, or a lower friction upper bound in '
-                        'the identification config if the lab knows one',
+    'OBJECT_WOULD_TIP': 'the object is tall for its footprint: friction up to its bound x '
+                        'centre height > 0.75 x the distance to its edge, and even the gentle '
+                        'strike whose release cannot tip it (below 0.9 x sqrt(2 g dh)) would be '
+                        'under 0.15 m/s or slide it under 3 mm; a lower / wider object',
     'NO_SAFE_STRIKE': 'no identification strike keeps the object on the table and clear of '
                       'the others (its message names each heading\'s reason)',
     'TRACKER_LOST': 'the depth tracker does not see the task object before a strike',
