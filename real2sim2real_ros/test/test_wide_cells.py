@@ -225,7 +225,7 @@ def _strike_tall_box(robot, mu, cfg=None, com=(0.0075, 0.0, 0.018)):
     obj = StrikeObject('o', 'box', (0.05, 0.05, 0.09), np.array([0.46, 0.0]), 0.0,
                        t.height + 0.045)
     plan = plan_strike_probe(robot, [obj], table, np.asarray(spec.robot.initial_positions),
-                             {'o': (0.2, 0.5, 1.0)}, cfg or StrikeConfig())
+                             {'o': (0.2, 0.5, 1.0)}, cfg or StrikeConfig(gentle_strikes=True))
     world = EmulatedWorld(spec)
     p = plan.probe
     world.set_trajectory(JointTrajectoryCommand(p.joint_names, p.times, p.positions,
@@ -263,7 +263,7 @@ def test_an_object_no_gentle_strike_moves_measurably_ends_object_would_tip(robot
     obj = StrikeObject('o', 'box', (0.04, 0.04, 0.10), np.array([0.46, 0.0]), 0.0, 0.05)
     with pytest.raises(ProbeError) as exc:
         plan_strike_probe(robot, [obj], table, np.array(READY_POSE), {'o': (0.2, 0.5, 1.0)},
-                          StrikeConfig(gentle_speed_min=0.2))
+                          StrikeConfig(gentle_strikes=True, gentle_speed_min=0.2))
     assert classify(exc.value) == 'OBJECT_WOULD_TIP'
     assert 'gentlest strike that cannot tip it (0.18 m/s' in str(exc.value)
 
