@@ -422,7 +422,7 @@ def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording]
     Raises UnknownParameterError, InvalidBoundsError (from ParameterSpec),
     NotConvergedError (rollout paths), UnstableTwinError.
     """
-    from .regression import regression_supported
+    from .regression import RegressionNotPossible, regression_supported
     t0, cpu0 = time.perf_counter(), time.process_time()
     _validate(twin, specs)
     if not recordings:
@@ -450,7 +450,7 @@ def identify(twin: Twin, specs: list[ParameterSpec], recordings: list[Recording]
              held_after) = _regression_fit(twin, specs, recordings, heldout, problem, lo, hi,
                                            x0, max_iter, nthread, object_weight, progress,
                                            polish=method == 'auto')
-        except ValueError as exc:     # e.g. recordings shorter than the filter needs
+        except RegressionNotPossible as exc:   # e.g. recordings shorter than the filter needs
             if method == 'regression':
                 raise
             fallback = f'regression not possible ({exc}): the least-squares rollout fit'
