@@ -185,6 +185,12 @@ def _validate(twin: Twin, specs: list[ParameterSpec]) -> None:
             raise ValueError(f'{s.name}: lower bound must be >= 0')
 
 
+def _near_bound(x, lo, hi) -> np.ndarray:
+    """Per parameter: within BOUND_TOLERANCE of its bounds' width from a bound."""
+    tol = BOUND_TOLERANCE * (np.asarray(hi) - np.asarray(lo))
+    return (np.asarray(x) - lo <= tol) | (hi - np.asarray(x) <= tol)
+
+
 def _least_squares(problem: _Problem, x0, lo, hi, max_iter: int, trace_out=None,
                    final_jac: bool = True):
     """(x, objective history, converged, iterations, solver text); ``trace_out`` (a list)
@@ -349,8 +355,18 @@ def _regression_fit(twin, specs, recordings, heldout, problem, lo, hi, x0, max_i
     else:
         t = time.perf_counter()
         trace = []
+        limit = min(max_iter, POLISH_ITERATIONS)
         xp, hist, converged, it, text = _least_squares(
-            problem, x_reg, lo, hi, min(max_iter, POLISH_ITERATIONS), trace, final_jac=False)
+            problem, x_reg, lo, hi, limit, trace, final_jac=False)
+        if not converged and it < max_iter and _near_bound(xp, lo, hi).any():
+            # An estimate still at its bound after the short polish (the 100 Hz regression
+            # leaves dampings there; 2 iterations left shoulder_pan damping at 0 in a live
+            # run): polish on to convergence, as the reference fit does.
+            more = []
+            xp, hist2, converged, it2, text = _least_squares(
+                problem, xp, lo, hi, max_iter - it, more, final_jac=False)
+            hist, it, limit = hist + hist2, it + it2, max_iter
+            trace.extend(more)
         stages['polish_s'] = time.perf_counter() - t
         rp = problem(xp[:, None])[:, 0]
         held_p = rms_error(hp(xp[:, None])[:, 0]) if hp else float('nan')
@@ -363,7 +379,7 @@ def _regression_fit(twin, specs, recordings, heldout, problem, lo, hi, x0, max_i
             method = 'regression+least_squares'
             note = 'kept: lower ' + ('held-out error' if hp else 'fitting residual')
             if not converged:
-                note += f' ({it} of at most {min(max_iter, POLISH_ITERATIONS)} iterations)'
+                note += f' ({it} of at most {limit} iterations)'
         else:
             note = 'discarded: no lower ' + ('held-out error' if hp else 'fitting residual')
     t = time.perf_counter()
