@@ -76,7 +76,8 @@ class StrikeConfig:
     joint_speed_fraction: float = 0.8   # of the velocity limits, at most
     directions: int = 12             # headings tried for a cylinder
     # Azimuths (deg) of the tool's lean from straight back (the upper tool behind the contact),
-    # tried in order when a heading cannot be pushed fast enough with the one before: the
+    # tried in order when a heading cannot be pushed fast enough (to slide min_slide at the
+    # estimate) with the ones before: the
     # pusher is round, so a lean to the side touches the object the same way, and lets an
     # arm whose wrist would align at the straight-back lean (a Panda's joints 5 and 7 at
     # joint 6 = pi) keep its wrist away from that. Within +-90: never over the object.
@@ -515,7 +516,9 @@ def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, sa
             continue
         if best is None or option['speed'] > best['speed'] + 1e-9:
             best = option
-        if option['speed'] >= v - 1e-9:   # not slowed down: no lean can do better
+        # The first lean (straight back first) fast enough for an informative slide, or
+        # not slowed down at all, is taken; else the fastest of them all.
+        if option['speed'] >= min(v, max(v_info, cfg.speed_min)) - 1e-9:
             break
     return best, ('' if best is not None else why)
 
