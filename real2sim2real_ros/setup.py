@@ -12,7 +12,7 @@ NODES = {
     'loop_coordinator': 'real2sim2real_ros.nodes.loop_coordinator_node:main',
     'object_tracker': 'real2sim2real_ros.nodes.object_tracker_node:main',
     'policy_trainer': 'real2sim2real_ros.nodes.policy_trainer_node:main',
-    'robot_executor': 'real2sim2real_ros.nodes.robot_executor_node:main',
+    'robot_executor': 'real2sim2real_ros.nodes.robot_executor.node:main',
     'scene_reconstruction': 'real2sim2real_ros.nodes.scene_reconstruction_node:main',
     'sim_server': 'real2sim2real_ros.nodes.sim_server_node:main',
     'system_identification': 'real2sim2real_ros.nodes.system_identification_node:main',

@@ -1,5 +1,12 @@
-"""One helper for declaring node parameters with a description and, for numbers, a range."""
+"""Node parameters: each with a description and, for numbers, a range.
+
+:func:`declare` declares one; a node lists its parameters as :class:`Param` data and
+:func:`bind` declares them all and keeps their live values (:class:`Params`), checked on
+set and applied after it (the pattern of nav2's parameter handler).
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rcl_interfaces.msg import (
     FloatingPointRange,
@@ -48,3 +55,84 @@ def declare(node, name: str, default, description: str, *, lo=None, hi=None,
     if choices and value not in choices:
         raise ValueError(f'parameter {name}={value!r} is not one of {list(choices)}')
     return value
+
+
+@dataclass(frozen=True)
+class Param:
+    """One node parameter: what :func:`declare` needs, as data (a node's table of them is
+    its parameter reference: ``bind`` declares it, ``describe`` documents it)."""
+    name: str
+    default: object
+    description: str
+    lo: float | int | None = None
+    hi: float | int | None = None
+    read_only: bool = False
+    choices: tuple | None = None
+    type_: str | None = None
+
+
+class Params:
+    """The live values of a node's parameters, by name (``params.max_tracking_error``).
+
+    Made by :func:`bind`. Values that are not read-only follow ``ros2 param set``: rclpy
+    checks types and ranges, :func:`bind` the choices and the node's own ``check``, and the
+    values change after the set succeeds (then ``on_change`` runs). A goal that copied a
+    value keeps it.
+    """
+
+    def __init__(self, values: dict):
+        object.__setattr__(self, '_values', dict(values))
+
+    def __getattr__(self, name):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f'no parameter {name!r}') from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError('parameters change through ros2 param set, not by assignment')
+
+    def __contains__(self, name) -> bool:
+        return name in self._values
+
+    def as_dict(self) -> dict:
+        return dict(self._values)
+
+
+def bind(node, specs, check=None, on_change=None) -> Params:
+    """Declare every :class:`Param` of ``specs`` on ``node`` and return their :class:`Params`.
+
+    ``check(values) -> str | None``: called before a set is accepted with the values it would
+    leave (current ones updated by the request); a string refuses the set with that reason.
+    ``on_change(params)`` runs after an accepted set. rclpy's errors while declaring (range,
+    type) and a value outside ``choices`` raise ``ValueError``/rclpy exceptions for the caller
+    to turn into its configuration error.
+    """
+    by_name = {s.name: s for s in specs}
+    params = Params({s.name: declare(node, s.name, s.default, s.description, lo=s.lo,
+                                     hi=s.hi, read_only=s.read_only, choices=s.choices,
+                                     type_=s.type_) for s in specs})
+
+    def validate(changes):
+        from rcl_interfaces.msg import SetParametersResult
+        values = params.as_dict()
+        for p in changes:
+            spec = by_name.get(p.name)
+            if spec is not None and spec.choices and p.value not in spec.choices:
+                return SetParametersResult(successful=False, reason=(
+                    f'{p.name}={p.value!r} is not one of {list(spec.choices)}'))
+            if spec is not None:
+                values[p.name] = p.value
+        reason = check(values) if check is not None else None
+        return SetParametersResult(successful=reason is None, reason=reason or '')
+
+    def apply(changes):
+        updated = {p.name: p.value for p in changes if p.name in by_name}
+        if updated:
+            params._values.update(updated)
+            if on_change is not None:
+                on_change(params)
+
+    node.add_on_set_parameters_callback(validate)
+    node.add_post_set_parameters_callback(apply)
+    return params

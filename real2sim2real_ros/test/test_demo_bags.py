@@ -12,6 +12,7 @@ import torch
 from real2sim2real_ros.core import execution_safety as es
 from real2sim2real_ros.core import policy_execution as pe
 from real2sim2real_ros.core.bag_io import BagWriter
+from real2sim2real_ros.core.geometry import yaw_quat
 from real2sim2real_ros.core.policies.demo_bags import (
     DemoBagError,
     read_demo_bag,
@@ -26,7 +27,7 @@ from real2sim2real_ros.core.policies.pipeline import (
 )
 from real2sim2real_ros.core.policies.ppo import PPOConfig
 from real2sim2real_ros.core.tasks import get_task
-from real2sim2real_ros.core.tasks.worlds import TaskObject, TwinWorld, task_scene_xml, yaw_quat
+from real2sim2real_ros.core.tasks.worlds import TaskObject, TwinWorld, task_scene_xml
 from real2sim2real_ros.core.twin import Twin
 
 torch.set_num_threads(1)

@@ -24,6 +24,7 @@ from real2sim2real_ros.core import object_tracking as ot
 from real2sim2real_ros.core.cell_spec import load_cell_spec
 from real2sim2real_ros.core.depth_noise import to_16uc1
 from real2sim2real_ros.core.emulated_world import EmulatedWorld
+from real2sim2real_ros.core.geometry import yaw_quat
 
 CELLS = Path(__file__).resolve().parents[1] / 'config' / 'cells'
 POS_TOL = 0.005                 # m, the requirement
@@ -66,7 +67,7 @@ def _errors(world, result):
 
 
 def _place_box(world, x, y, yaw, z=0.025):
-    world.reset_objects(['box_0'], [((x, y, z), ot.yaw_quat(yaw))])
+    world.reset_objects(['box_0'], [((x, y, z), yaw_quat(yaw))])
 
 
 def _pose_arm(world, q):

@@ -12,12 +12,12 @@ from real2sim2real_ros.core import execution_safety as es
 from real2sim2real_ros.core import policy_execution as pe
 from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
 from real2sim2real_ros.core.emulated_world import EmulatedWorld
+from real2sim2real_ros.core.geometry import yaw_quat
 from real2sim2real_ros.core.joint_trajectory import JointTrajectoryCommand
 from real2sim2real_ros.core.policies import MLPPolicy, save_checkpoint
 from real2sim2real_ros.core.tasks import get_task
 from real2sim2real_ros.core.tasks.base import ResetSample
 from real2sim2real_ros.core.tasks.kinematics import READY_POSE
-from real2sim2real_ros.core.tasks.worlds import yaw_quat
 
 torch.set_num_threads(1)
 # The bringup's executor workspace (config/params.yaml).

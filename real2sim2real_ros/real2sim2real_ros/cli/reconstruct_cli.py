@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.geometry import quat_msg_yaw
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RECONSTRUCT_ACTION = 'scene_reconstruction/reconstruct'
 PNG_NAME = 'top_view.png'
@@ -37,17 +39,13 @@ class ObjectRow:
     mass_is_prior: bool
 
 
-def yaw_from_quat_xyzw(x: float, y: float, z: float, w: float) -> float:
-    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
-
-
 def rows_from_scene(scene) -> list[ObjectRow]:
     """real2sim2real_msgs/Scene -> ObjectRows."""
     rows = []
     for o in scene.objects:
         p, q, e = o.pose.position, o.pose.orientation, o.extents
         rows.append(ObjectRow(o.id, o.shape, (p.x, p.y, p.z),
-                              yaw_from_quat_xyzw(q.x, q.y, q.z, q.w), (e.x, e.y, e.z),
+                              quat_msg_yaw(q), (e.x, e.y, e.z),
                               o.mass, o.mass_is_prior))
     return rows
 
@@ -249,4 +247,3 @@ def main(argv=None) -> int:
 
 if __name__ == '__main__':
     sys.exit(main())
-

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .capture_set import pose_to_matrix, quat_xyzw_to_matrix
+from .capture_set import pose_to_matrix
+from .geometry import quat_xyzw_to_matrix
 
 
 class ExtrinsicsError(ValueError):

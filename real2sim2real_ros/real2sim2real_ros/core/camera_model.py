@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .geometry import matrix_to_quat_wxyz
+
 # MuJoCo cameras look along their -z with y up; the optical frame looks along +z with y down.
 OPTICAL_TO_MUJOCO_CAMERA = np.diag([1.0, -1.0, -1.0])
 
@@ -80,28 +82,6 @@ def depth_to_points(depth: np.ndarray, intr: Intrinsics, stride: int = 1) -> np.
 def transform_points(points: np.ndarray, rotation: np.ndarray, translation) -> np.ndarray:
     """Apply x_world = R x + t to (N, 3) points."""
     return np.asarray(points) @ np.asarray(rotation).T + np.asarray(translation)
-
-
-def matrix_to_quat_wxyz(rot: np.ndarray) -> np.ndarray:
-    """Rotation matrix -> unit quaternion (w, x, y, z), w >= 0."""
-    r = np.asarray(rot, float)
-    tr = np.trace(r)
-    if tr > 0:
-        s = 2.0 * np.sqrt(tr + 1.0)
-        q = [0.25 * s, (r[2, 1] - r[1, 2]) / s, (r[0, 2] - r[2, 0]) / s,
-             (r[1, 0] - r[0, 1]) / s]
-    else:
-        i = int(np.argmax(np.diag(r)))
-        j, k = (i + 1) % 3, (i + 2) % 3
-        s = 2.0 * np.sqrt(1.0 + r[i, i] - r[j, j] - r[k, k])
-        q = [0.0, 0.0, 0.0, 0.0]
-        q[0] = (r[k, j] - r[j, k]) / s
-        q[1 + i] = 0.25 * s
-        q[1 + j] = (r[j, i] + r[i, j]) / s
-        q[1 + k] = (r[k, i] + r[i, k]) / s
-    q = np.array(q)
-    q /= np.linalg.norm(q)
-    return q if q[0] >= 0 else -q
 
 
 def mujoco_camera_quat(optical_rotation: np.ndarray) -> np.ndarray:

@@ -40,6 +40,7 @@ import numpy as np
 
 from .artifacts import MANIFEST, RunDirectory
 from .bag_io import BagError, BagReader, BagWriter, MessageTypeError
+from .geometry import matrix_to_quat_xyzw, quat_xyzw_to_matrix
 
 STAGE = 'capture'
 BAG_NAME = 'views'
@@ -139,24 +140,6 @@ def topics_for(label: str) -> dict[str, str]:
     return {'color': f'{base}/color/image_raw', 'color_info': f'{base}/color/camera_info',
             'depth': f'{base}/depth/image_rect_raw', 'depth_info': f'{base}/depth/camera_info',
             'extrinsics': f'{base}/extrinsics'}
-
-
-def quat_xyzw_to_matrix(q) -> np.ndarray:
-    x, y, z, w = (float(v) for v in q)
-    n = np.sqrt(x * x + y * y + z * z + w * w)
-    if not np.isfinite(n) or n < 1e-9:
-        raise ValueError(f'quaternion {list(q)} has no valid norm')
-    x, y, z, w = x / n, y / n, z / n, w / n
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
-
-
-def matrix_to_quat_xyzw(rot) -> np.ndarray:
-    from .camera_model import matrix_to_quat_wxyz
-    w, x, y, z = matrix_to_quat_wxyz(np.asarray(rot, float))
-    return np.array([x, y, z, w])
 
 
 def pose_to_matrix(position, quat_xyzw) -> np.ndarray:

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from .geometry import quat_xyzw_to_matrix
+
 SHAPES = ('box', 'cylinder')
 DEPTH_FORMATS = ('32FC1', '16UC1')
 INTEGRATORS = ('Euler', 'RK4', 'implicit', 'implicitfast')
@@ -338,15 +340,6 @@ def look_at_rotation(eye, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
     return np.column_stack([x, y, z])
 
 
-def _quat_xyzw_to_matrix(q) -> np.ndarray:
-    x, y, z, w = np.asarray(q, float) / np.linalg.norm(q)
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-    ])
-
-
 def _depth_noise(data: dict, path: str) -> DepthNoiseSpec:
     d = DepthNoiseSpec()
     _check_keys(data, set(DepthNoiseSpec.__dataclass_fields__), path)
@@ -397,7 +390,7 @@ def _camera(data: dict, path: str) -> CameraSpec:
         quat = _vec(pose, 'quat_xyzw', f'{path}.pose.quat_xyzw', 4)
         if np.linalg.norm(quat) < 1e-9:
             _fail(f'{path}.pose.quat_xyzw', 'must not be zero')
-        rot = _quat_xyzw_to_matrix(quat)
+        rot = quat_xyzw_to_matrix(quat)
     calib = _section(data, 'calibration_error', f'{path}.calibration_error')
     _check_keys(calib, {'translation', 'rotation'}, f'{path}.calibration_error')
     noise = _section(data, 'depth_noise', f'{path}.depth_noise')

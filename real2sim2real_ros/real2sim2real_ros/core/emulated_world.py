@@ -25,6 +25,7 @@ import numpy as np
 from . import camera_model
 from .cell_spec import CameraSpec, CellSpec, ObjectSpec
 from .depth_noise import apply_depth_noise
+from .geometry import yaw_quat
 from .joint_trajectory import TrajectoryFollower
 from .offscreen import mujoco_renderer
 from .truth import TruthDoor
@@ -105,10 +106,6 @@ def load_robot_model(urdf_path: str | None) -> _RobotModel:
 
 
 # ------------------------------------------------------------------------------ geometry
-
-def _yaw_quat(yaw: float) -> list[float]:
-    return [float(np.cos(yaw / 2)), 0.0, 0.0, float(np.sin(yaw / 2))]
-
 
 def _rounded_vertices(obj: ObjectSpec, n_ring: int = 16) -> np.ndarray:
     """Vertices whose convex hull is the object with edges rounded by ``edge_radius``."""
@@ -265,7 +262,7 @@ class EmulatedWorld(ServoCellBase):
     def _add_object(self, world, obj: ObjectSpec):
         c = self._spec.contact
         body = world.worldbody.add_body(name=OBJECT_PREFIX + obj.id, pos=list(obj.xyz),
-                                        quat=_yaw_quat(obj.yaw))
+                                        quat=yaw_quat(obj.yaw).tolist())
         body.add_freejoint(name=OBJECT_PREFIX + obj.id)
         body.explicitinertial = True
         body.mass = obj.mass
@@ -431,7 +428,7 @@ class EmulatedWorld(ServoCellBase):
                     xyz, quat = pose
                 else:
                     obj = self._spec.object(oid)
-                    xyz, quat = obj.xyz, _yaw_quat(obj.yaw)
+                    xyz, quat = obj.xyz, yaw_quat(obj.yaw).tolist()
                 qa, da = self._obj_qadr[oid], self._obj_dadr[oid]
                 self._data.qpos[qa:qa + 3] = xyz
                 self._data.qpos[qa + 3:qa + 7] = quat

@@ -59,6 +59,8 @@ from scipy import ndimage
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial import ConvexHull, QhullError
 
+from .geometry import yaw_quat
+
 SHAPES = ('box', 'cylinder')
 _INCOMPATIBLE = 1e6
 _NOT_FOUND = 'no cluster of its height and size'
@@ -287,11 +289,6 @@ def min_area_rectangle(xy: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
 def _rot2(a: float) -> np.ndarray:
     c, s = np.cos(a), np.sin(a)
     return np.array([[c, -s], [s, c]])
-
-
-def yaw_quat(yaw: float) -> np.ndarray:
-    """Quaternion (w, x, y, z) of a rotation by ``yaw`` about z."""
-    return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
 
 
 def wrap_to(angle: float, reference: float, period: float) -> float:

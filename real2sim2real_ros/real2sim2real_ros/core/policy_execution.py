@@ -56,10 +56,10 @@ from pathlib import Path
 import numpy as np
 
 from . import execution_safety as es
+from .geometry import quat_yaw, wrap_angle
 from .tasks import TaskError, get_task
-from .tasks.base import ResetSample, check_action, wrap_angle
+from .tasks.base import ResetSample, check_action
 from .tasks.kinematics import IKError
-from .tasks.worlds import quat_yaw
 
 # Error kinds; the node maps them onto ExecutePolicy.Result codes of the same names
 # (INVALID_GOAL onto INVALID_CHECKPOINT: the request does not fit the checkpoint's task).

@@ -72,6 +72,7 @@ from ..core import camera_model
 from ..core.cell_spec import CellSpecError, default_cell_spec_path, load_cell_spec
 from ..core.depth_noise import encode_depth
 from ..core.emulated_world import WorldBuildError
+from ..core.geometry import matrix_to_quat_wxyz
 from ..core.joint_trajectory import JointTrajectoryCommand, TrajectoryError
 from ..core.world import make_world
 from ..params import declare
@@ -255,7 +256,7 @@ class EmulatedCellNode(Node):
             rot, pos = camera_model.perturb_pose(
                 cam.rotation_matrix, cam.position, cam.calibration_error_translation,
                 cam.calibration_error_rotation, rng)
-            quat = camera_model.matrix_to_quat_wxyz(rot)
+            quat = matrix_to_quat_wxyz(rot)
             pose = PoseStamped()
             pose.header.frame_id = self.world_frame
             pose.header.stamp = _stamp(self.t0)

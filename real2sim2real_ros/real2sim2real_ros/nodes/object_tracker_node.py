@@ -51,6 +51,7 @@ from real2sim2real_msgs.msg import Scene, TrackedObjects
 
 from .. import qos
 from ..core import object_tracking as ot
+from ..core.geometry import quat_msg_yaw
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
 
@@ -75,11 +76,6 @@ def depth_from_image(msg: Image) -> np.ndarray:
     return arr.astype(dtype.newbyteorder('='), copy=False)
 
 
-def yaw_of(q) -> float:
-    """Yaw about z of a geometry_msgs/Quaternion (an upright object)."""
-    return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
-
-
 def objects_from_scene(scene: Scene):
     """(tracked object models, skipped ids) of a Scene message."""
     models, skipped = [], []
@@ -89,7 +85,7 @@ def objects_from_scene(scene: Scene):
             continue
         models.append(ot.TrackedObjectModel(
             o.id, (o.extents.x, o.extents.y, o.extents.z), o.shape,
-            (o.pose.position.x, o.pose.position.y), yaw_of(o.pose.orientation)))
+            (o.pose.position.x, o.pose.position.y), quat_msg_yaw(o.pose.orientation)))
     return models, skipped
 
 

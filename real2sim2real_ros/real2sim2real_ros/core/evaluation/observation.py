@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from ..tasks.worlds import ObservationLost, yaw_quat
+from ..geometry import yaw_quat
+from ..tasks.worlds import ObservationLost
 
 TRACKER_RATE = 5.0        # Hz: object_tracker max_rate and the cell's camera_rate (params.yaml)
 TRACKER_LATENCY = 0.035   # s: frame to pose, the tracker's CPU per frame when it (re)acquires

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..geometry import quat_yaw
 from ..tasks.base import ResetSample
-from ..tasks.worlds import quat_yaw
 
 POLICY_STEP_TYPE = 'real2sim2real_msgs/msg/PolicyStep'
 TRACKED_OBJECTS_TYPE = 'real2sim2real_msgs/msg/TrackedObjects'

@@ -258,7 +258,7 @@ def _check_in_view(clusters: list[np.ndarray], views: list[CaptureView],
 
 
 def _world_pose(fit: FittedObject, frame: TableFrame):
-    from ..camera_model import matrix_to_quat_wxyz
+    from ..geometry import matrix_to_quat_wxyz
     c, s = np.cos(fit.yaw), np.sin(fit.yaw)
     rot_local = np.array([[c, -s, 0], [s, c, 0], [0, 0, 1.0]])
     rot = frame.rotation @ rot_local

@@ -21,7 +21,7 @@ from xml.sax.saxutils import quoteattr
 import numpy as np
 
 from ..artifacts import atomic_write_text
-from ..camera_model import matrix_to_quat_wxyz
+from ..geometry import matrix_to_quat_wxyz
 
 OBJECT_PREFIX = 'object/'
 TABLE_THICKNESS = 0.04

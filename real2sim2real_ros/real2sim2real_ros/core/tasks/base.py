@@ -86,7 +86,3 @@ def check_action(task: Task, action) -> np.ndarray:
         raise TaskError(f'{task.name}: action must be {task.action_dim} finite numbers, '
                         f'got {np.asarray(action).tolist()}')
     return np.clip(a, task.action_low, task.action_high)
-
-
-def wrap_angle(a: float) -> float:
-    return float((a + np.pi) % (2 * np.pi) - np.pi)

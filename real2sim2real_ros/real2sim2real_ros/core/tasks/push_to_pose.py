@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from ..geometry import quat_yaw, wrap_angle
 from ..twin import UnstableTwinError
 from .base import (
     EpisodeResult,
@@ -36,10 +37,9 @@ from .base import (
     TaskError,
     check_action,
     task_config,
-    wrap_angle,
 )
 from .kinematics import IKError, ToolDownIK
-from .worlds import ObservationLost, observed_start, quat_yaw, scored_pose
+from .worlds import ObservationLost, observed_start, scored_pose
 
 
 @dataclass

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from ..geometry import quat_yaw, wrap_angle, yaw_quat
 from ..twin import UnstableTwinError
 from .base import (
     EpisodeResult,
@@ -27,10 +28,9 @@ from .base import (
     TaskError,
     check_action,
     task_config,
-    wrap_angle,
 )
 from .kinematics import ToolDownIK
-from .worlds import applied_parameters, observed_start, quat_yaw, scored_pose, yaw_quat
+from .worlds import applied_parameters, observed_start, scored_pose
 
 G = 9.81
 

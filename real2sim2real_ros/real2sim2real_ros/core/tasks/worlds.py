@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from ..geometry import quat_yaw, yaw_quat
 from ..joint_trajectory import JointTrajectoryCommand, TrajectoryFollower
 from ..twin import Twin
 
@@ -50,15 +51,6 @@ class TaskTable:
 
 class ObservationLost(RuntimeError):
     """No usable pose of the object (not seen, or none fresh enough): the episode fails."""
-
-
-def yaw_quat(yaw: float) -> np.ndarray:
-    return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
-
-
-def quat_yaw(quat) -> float:
-    w, x, y, z = quat
-    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
 
 
 def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable()) -> str:
