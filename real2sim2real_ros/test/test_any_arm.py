@@ -311,3 +311,12 @@ def test_a_probe_that_cannot_be_brought_under_the_effort_margin_is_refused(arms)
                                          r'centre, above 10% of its'):
         effort_limited_multisine(robot, ready_pose(robot), effort_fraction=0.1, duration=8.0,
                                  amplitude=0.35, velocity_fraction=0.5)
+
+
+def test_strike_config_leans():
+    from real2sim2real_ros.core.sysid.object_probes import StrikeConfig
+    assert StrikeConfig().leans_deg[0] == 0.0           # straight back first
+    assert StrikeConfig.from_dict({'leans_deg': [0, 30]}).leans_deg == (0.0, 30.0)
+    for bad in ([], [0, 120]):
+        with pytest.raises(ValueError, match='leans_deg'):
+            StrikeConfig.from_dict({'leans_deg': bad})
