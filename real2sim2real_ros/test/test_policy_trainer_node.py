@@ -320,3 +320,72 @@ def test_reconstructed_scene_and_identified_parameters(trainer, tmp_path):
     ev = cmd.evaluate_policy(res.checkpoint_path, trials=SMALL['eval_trials'], timeout=60)
     assert ev.error_code == ER.NONE, ev.error_msg
     assert ev.result.successes == res.twin_result.successes
+
+
+def _blow_up_values(names):
+    """Values inside core.twin.PARAMETER_UPPER_BOUNDS that blow the default arm's twin up on
+    its first move (measured: MuJoCo resets the simulation within 31 steps): every link
+    1e-6 kg, no armature, the stiffest servo allowed."""
+    return {n: 1e-6 for n in names if n.startswith('body/') and n.endswith('_link/mass')} | \
+        {n: 0.0 for n in names if n.endswith('/armature')} | \
+        {n: 1e6 for n in names if n.startswith('actuator/') and n.endswith('/kp')}
+
+
+def test_a_parameter_set_that_blows_the_twin_up_is_unstable_twin_and_both_keep_serving(
+        trainer, tmp_path):
+    """Issue 17 fault: a parameter set that makes the twin diverge. sim_server refuses it
+    as UNSTABLE_TWIN and changes nothing (set_physical_parameters), a rollout over it is
+    UNSTABLE, an absurd twin state is UNSTABLE_TWIN on ~/step; the trainer answers
+    UNSTABLE_TWIN naming the parameter set. A valid request to each succeeds afterwards."""
+    from real2sim2real_ros.core.parameters import ParameterEstimate, ParameterSet
+    from real2sim2real_ros.core.twin import MAX_QVEL
+    RR = actions.Rollout.Result
+    cmd, tmp, _ = trainer
+    t0 = time.monotonic()
+    deadline = time.monotonic() + 60      # sim_server builds its twin on robot_description
+    while not (before := cmd.get_physical_parameters()).success:
+        assert time.monotonic() < deadline, before.message
+        time.sleep(0.2)
+    values = {p.name: p.value for p in before.parameters}
+    bad = _blow_up_values(values)
+    assert len(bad) >= 12, sorted(values)
+    resp = cmd.set_physical_parameters(bad)
+    assert not resp.success and resp.message.startswith('UNSTABLE_TWIN:'), resp.message
+    assert 'nothing changed' in resp.message and 'diverge' in resp.message
+    after = {p.name: p.value for p in cmd.get_physical_parameters().parameters}
+    assert after == values, 'a refused set changed the twin'
+    q0 = [0.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0]
+    arm = ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint',
+           'wrist_2_joint', 'wrist_3_joint']
+    move = [(0.5, [q0[0] + 0.1] + q0[1:])]
+    res = cmd.rollout(arm, move, initial_qpos=q0, parameter_samples=[bad], timeout=60)
+    assert res.error_code == RR.UNSTABLE and 'rollout 0' in res.error_msg, res.error_msg
+    res = cmd.rollout(arm, move, initial_qpos=q0, sample_period=0.1, timeout=60)
+    assert res.error_code == RR.NONE, res.error_msg
+    # An absurd state (faster than MAX_QVEL) diverges on the next step: UNSTABLE_TWIN.
+    assert cmd.sim_pause(True).success
+    try:
+        assert cmd.sim_reset(q0, [2 * MAX_QVEL] + [0.0] * 5).success
+        step = cmd.sim_step(10)
+        assert not step.success and step.message.startswith('UNSTABLE_TWIN:'), step.message
+        assert cmd.sim_reset(q0).success
+        assert cmd.sim_step(10).success
+    finally:
+        assert cmd.sim_pause(False).success
+    assert cmd.set_physical_parameters({'global/command_latency':
+                                        values['global/command_latency']}).success
+    # The trainer: the same values as an identified parameter set.
+    ps = ParameterSet()
+    for n, v in bad.items():
+        ps.add(ParameterEstimate(n, v, v, v, values[n], '', True))
+    ps.save(tmp_path / 'blow_up.yaml')
+    res = cmd.train('slide_to_target', parameters_path=str(tmp_path / 'blow_up.yaml'),
+                    total_steps=20, run_dir=str(tmp / 'unstable'), timeout=120)
+    assert res.error_code == TR.UNSTABLE_TWIN, res.error_msg
+    assert 'blow_up.yaml' in res.error_msg and 'diverge' in res.error_msg
+    assert not list((tmp / 'unstable').glob('train_*/manifest.json'))
+    res = cmd.train('slide_to_target', total_steps=20, run_dir=str(tmp / 'unstable'),
+                    timeout=120)
+    assert res.error_code == TR.NONE, res.error_msg
+    print(f'unstable parameter set: sim_server and trainer refused it, both served the next '
+          f'request; {time.monotonic() - t0:.1f} s')

@@ -173,7 +173,8 @@ def build_task_and_twin(robot, task_name: str, *, scene: SceneInfo | None = None
                         object_friction_prior: float = 0.5, object_mass_prior: float = 0.2,
                         overrides: dict | None = None):
     """(task, twin, TwinInputs). Raises TaskError (unknown task / bad config), SceneError,
-    ParameterError (names the twin lacks, invalid values), TwinError.
+    ParameterError (names the twin lacks, invalid values), UnstableTwinError (``parameters``
+    make the twin diverge in a small move of the arm: Twin.check_stable), TwinError.
 
     ``task_config`` (a checkpoint's) wins over the scene's geometry; ``overrides`` (task
     config entries, e.g. the evaluation harness's start position, ``object_shape`` and goal
@@ -227,6 +228,7 @@ def build_task_and_twin(robot, task_name: str, *, scene: SceneInfo | None = None
             twin.set_parameters(values)
         except ValueError as exc:
             raise ParameterError(str(exc)) from None
+        twin.check_stable()     # UnstableTwinError: these values blow the twin up
     inputs = TwinInputs(task_name, cfg, scene_record, start, str(parameters_path),
                         dict(values), float(timestep))
     return task, twin, inputs

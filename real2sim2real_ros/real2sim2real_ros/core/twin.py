@@ -51,6 +51,12 @@ __all__ = ['RolloutResult', 'Twin', 'TwinBuildError', 'TwinError', 'UnknownParam
            'UnstableTwinError']
 
 MAX_QVEL = 1.0e3   # rad/s or m/s: beyond this the twin has blown up
+# s of sim time a parameter set must survive a small move without diverging (check_stable):
+# values inside PARAMETER_UPPER_BOUNDS can blow the twin up (measured on the default arm:
+# every link 1e-6 kg with armature 0 and kp 1e6 diverges at the first step; with kv 1e5
+# instead of kp, after 0.19 s), so a bound per value cannot rule it out.
+STABILITY_PROBE_S = 0.3
+STABILITY_PROBE_STEP = 0.02   # rad each joint moves in check_stable
 LIMIT_MARGIN = 0.2  # rad past a joint limit: no real arm gets there
 
 
@@ -63,7 +69,8 @@ class TwinBuildError(TwinError):
 
 
 class UnstableTwinError(TwinError):
-    """A rollout diverged (NaN, reset by MuJoCo, or absurd velocities)."""
+    """A rollout diverged (NaN, reset by MuJoCo, or absurd velocities). Nodes name it
+    UNSTABLE_TWIN (the Rollout action: UNSTABLE)."""
 
 
 class InvalidRolloutError(TwinError, ValueError):
@@ -297,6 +304,21 @@ class Twin:
             model.actuator_biasprm[i, 1] = -value
         else:
             model.actuator_biasprm[i, 2] = -value
+
+    def check_stable(self, duration: float = STABILITY_PROBE_S, q0=None,
+                     object_poses: dict | None = None) -> None:
+        """Raise UnstableTwinError unless the twin survives a small move from ``q0`` (default:
+        its current joint positions), at rest: every joint STABILITY_PROBE_STEP rad towards
+        the middle of its range in 0.1 s, then held to ``duration`` s of sim time, with the
+        checks of every rollout (NaN/inf, MuJoCo's reset on a bad acceleration, absurd
+        velocities, joints far past their limits). Holding still alone is not enough: a
+        servo that blows up on the first move can stand still for ever. One rollout; the
+        twin's own state is untouched."""
+        q = self.joint_positions() if q0 is None else np.asarray(q0, float)
+        mid = 0.5 * (np.asarray(self.robot.lower, float) + np.asarray(self.robot.upper, float))
+        target = q + STABILITY_PROBE_STEP * np.where(mid >= q, 1.0, -1.0)
+        self.rollout(q, None, np.array([0.1, duration]), np.stack([target, target]),
+                     sample_period=duration, duration=duration, object_poses=object_poses)
 
     def _extra(self) -> dict:
         return {'command_latency': self.latency,

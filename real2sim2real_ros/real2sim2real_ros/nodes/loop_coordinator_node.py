@@ -41,7 +41,10 @@ without an artifact -> INVALID_GOAL naming it; resume skips the leading stages w
 artifacts exist). Feedback: ``stage`` ("<stage>" or "<stage>: <detail>"; the stage name is
 the text before the first colon) and overall ``progress`` 0..1. Cancel cancels the running
 child goal, waits for it and ends CANCELED. A child that fails -> STAGE_FAILED with
-``failed_stage`` and the child's error code name and text. Every planned goal writes
+``failed_stage`` and the child's error code name and text; a child whose action server
+goes away mid-goal (its node killed; with the launch files' ``respawn:=true`` it is started
+again) -> STAGE_FAILED naming the gone server within SERVER_CHECK_PERIOD plus DDS's notice of
+the dead process, and ``resume`` then redoes that stage only. Every planned goal writes
 ``<run_dir>/loop_NNN/`` (summary.json, stage_times.png, parameters.png, success.png,
 manifest.json; core/loop_report.py), also when it fails or is canceled; ``summary_path``
 names it. One goal at a time (another is rejected while one runs).
@@ -78,6 +81,7 @@ from real2sim2real_msgs.srv import ResetObjects
 
 from .. import qos
 from ..core import loop_plan as lp
+from ..core.geometry import quat_msg_yaw
 from ..goal_client import GoalClient, code_name
 from ..params import declare
 from ..ros_main import ConfigurationError, run_node
@@ -87,6 +91,10 @@ from ..subscriptions import subscribed
 NODE_NAME = 'loop_coordinator'
 RR = RunLoop.Result
 CANCEL_GRACE = 15.0     # s a canceled child goal gets to end
+# s between checks that a child goal's action server still runs (a killed node's endpoints
+# vanish when DDS notices, a respawned one has new endpoints): else STAGE_FAILED, not a wait
+# of stage_timeout for a result that cannot come.
+SERVER_CHECK_PERIOD = 0.5
 P = ExecutePolicy.Result
 # Executor answers that mean the execute stage cannot work at all (not a failed trial).
 FATAL_POLICY_CODES = (P.NOT_ARMED, P.INVALID_CHECKPOINT, P.BUSY, P.STOPPED)
@@ -132,10 +140,6 @@ def scene_from_manifest(artifact: lp.Artifact, frame: str) -> Scene:
     return scene
 
 
-def _yaw(q) -> float:
-    return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
-
-
 class _Run:
     """One goal's book-keeping."""
 
@@ -153,6 +157,9 @@ class _Run:
                                   'artifact': '', 'reason': s.reason, 'detail': {}}
                         for s in plan}
         self.child = None                 # the running child goal's handle
+        # Held while the stage changes and while a child's feedback is relayed: a late
+        # feedback of a finished child is never published under the next stage's name.
+        self.feedback_lock = threading.Lock()
         self.last_feedback = ('', 0.0)
         self.twin = None                  # SuccessCount dicts
         self.train_twin = None
@@ -348,33 +355,59 @@ class LoopCoordinatorNode(Node):
                 raise _StageFailed(f'{what}: action {self._names[id(client)]} is not '
                                    'available')
             time.sleep(0.1)
-        send = client.send_goal_async(goal, feedback_callback=(
-            (lambda m: on_feedback(m.feedback)) if on_feedback else None))
+        stage, finished = run.stage, [False]
+
+        def relay(msg):     # only while this child is the running stage's (see _Run)
+            with run.feedback_lock:
+                if run.stage == stage and not finished[0]:
+                    on_feedback(msg.feedback)
+        send = client.send_goal_async(goal, feedback_callback=relay if on_feedback else None)
         handle = self._wait(run, send, 30.0, f'{what} goal', cancelable=False)
         if not handle.accepted:
             raise _StageFailed(f'{what}: {self._names[id(client)]} rejected the goal (busy '
                                f'with another goal?)')
         run.child = handle
+        try:
+            return self._await_child(run, handle, self._names[id(client)], what)
+        finally:
+            with run.feedback_lock:
+                finished[0] = True
+            run.child = None
+
+    def _await_child(self, run: _Run, handle, name: str, what: str):
+        """The accepted child goal's result; cancels it on cancel or stage_timeout; fails when
+        the server process that accepted it is gone."""
         got = threading.Event()
         res_future = handle.get_result_async()
         res_future.add_done_callback(lambda _f: got.set())
         deadline = time.monotonic() + float(self._p('stage_timeout'))
-        try:
-            while not got.wait(0.1):
-                try:
-                    self._check_cancel(run)
-                except _Canceled:
-                    handle.cancel_goal_async()
-                    got.wait(CANCEL_GRACE)
-                    raise
-                if time.monotonic() > deadline:
-                    handle.cancel_goal_async()
-                    got.wait(CANCEL_GRACE)
-                    raise _StageFailed(f'{what}: no result within stage_timeout '
-                                       f'{self._p("stage_timeout"):.0f} s (canceled)')
-        finally:
-            run.child = None
+        server = self._server_endpoints(name)     # the process that accepted the goal
+        next_check = time.monotonic() + SERVER_CHECK_PERIOD
+        while not got.wait(0.1):
+            if server and time.monotonic() > next_check:
+                next_check = time.monotonic() + SERVER_CHECK_PERIOD
+                if not server & self._server_endpoints(name):
+                    raise _StageFailed(
+                        f'{what}: the action server {name} that accepted the goal is '
+                        f'gone (its node died or was restarted); the goal is lost')
+            try:
+                self._check_cancel(run)
+            except _Canceled:
+                handle.cancel_goal_async()
+                got.wait(CANCEL_GRACE)
+                raise
+            if time.monotonic() > deadline:
+                handle.cancel_goal_async()
+                got.wait(CANCEL_GRACE)
+                raise _StageFailed(f'{what}: no result within stage_timeout '
+                                   f'{self._p("stage_timeout"):.0f} s (canceled)')
         return res_future.result().result
+
+    def _server_endpoints(self, action_name: str) -> set[bytes]:
+        """The endpoint GIDs publishing ``action_name``'s goal status: one per server process.
+        A node killed and respawned comes back with new GIDs and without the old goals."""
+        return {bytes(i.endpoint_gid) for i in
+                self.get_publishers_info_by_topic(f'{action_name}/_action/status')}
 
     # ------------------------------------------------------------------ the action
     def _on_run_loop(self, goal_handle):
@@ -408,7 +441,8 @@ class LoopCoordinatorNode(Node):
         code, message, failed = RR.NONE, '', ''
         try:
             for step in plan:
-                run.stage = step.stage
+                with run.feedback_lock:
+                    run.stage = step.stage
                 rec = run.records[step.stage]
                 if step.skip:
                     run.artifacts[step.stage] = step.artifact
@@ -446,7 +480,8 @@ class LoopCoordinatorNode(Node):
         except Exception as exc:  # noqa: BLE001 - the loop's outcome stands without it
             self.get_logger().error(f'run_loop: cannot write the summary: {exc!r}')
         if code == RR.NONE:
-            run.stage = 'done'
+            with run.feedback_lock:
+                run.stage = 'done'
             run.goal_handle.publish_feedback(RunLoop.Feedback(stage='done', progress=1.0))
             goal_handle.succeed()
             self.get_logger().info(f'run_loop: done in {time.monotonic() - run.t0:.1f} s; '
@@ -603,7 +638,7 @@ class LoopCoordinatorNode(Node):
         with self._lock:
             for oid, pose in zip(msg.ids, msg.poses):
                 o = pose.orientation
-                self._poses[oid] = (pose.position.x, pose.position.y, _yaw(o), now,
+                self._poses[oid] = (pose.position.x, pose.position.y, quat_msg_yaw(o), now,
                                     (pose.position.x, pose.position.y, pose.position.z),
                                     (o.w, o.x, o.y, o.z), stamp)
 

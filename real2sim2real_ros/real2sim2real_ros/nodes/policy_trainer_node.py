@@ -6,6 +6,8 @@ Action ``~/train`` (real2sim2real_msgs/action/Train):
 * ``parameters_path``: an identified ParameterSet (system_identification's
   ``identify_NNN/parameters.yaml``, or that folder); empty = the nominal twin. Unreadable, or
   naming elements the twin lacks, or invalid values: INVALID_PARAMETERS with the reason;
+  values that make the twin diverge (core.twin.Twin.check_stable: a small move of the arm),
+  or a twin that diverges during training: UNSTABLE_TWIN naming the set or the stage;
 * ``randomize``: domain randomisation from the parameters' 95% intervals during
   self-imitation and PPO (core/policies/randomization.py; nothing to randomise without
   identified parameters);
@@ -342,6 +344,7 @@ class PolicyTrainerNode(Node):
         from ..core.policies.stage import train_stage
         from ..core.tasks import task_names
         from ..core.training_setup import budget_config, load_parameter_set, steps_per_episode
+        from ..core.twin import UnstableTwinError
         goal = job.goal_handle.request
         if int(goal.total_steps) > MAX_TRAIN_STEPS:
             raise _Fail(TR.TRAINING_FAILED, f'total_steps {goal.total_steps} is more than the '
@@ -399,6 +402,9 @@ class PolicyTrainerNode(Node):
             read = (f'{len(goal.demo_bags)} demo bag(s) read, {len(demos)} demonstration(s): '
                     if demos is not None else '')
             raise _Fail(TR.NO_DEMOS, read + str(exc)) from None
+        except UnstableTwinError as exc:
+            raise _Fail(TR.UNSTABLE_TWIN, f'the twin diverged during {stage_at[0]}: {exc}') \
+                from None
         except Exception as exc:  # noqa: BLE001 - unstable twin, IK, ... : a result, no crash
             raise _Fail(TR.TRAINING_FAILED, f'{type(exc).__name__}: {exc}') from None
         finally:
@@ -465,9 +471,10 @@ class PolicyTrainerNode(Node):
         from ..core.parameters import ParameterError
         from ..core.tasks import TaskError
         from ..core.training_setup import SceneError, build_task_and_twin
-        from ..core.twin import TwinError
+        from ..core.twin import TwinError, UnstableTwinError
         invalid = codes.INVALID_PARAMETERS if invalid_code is None else invalid_code
         failed = codes.TRAINING_FAILED if failed_code is None else failed_code
+        unstable = getattr(codes, 'UNSTABLE_TWIN', failed)   # Train has its own code
         try:
             return build_task_and_twin(
                 robot, task_name, scene=scene, object_id=self._param('object_id'),
@@ -482,6 +489,10 @@ class PolicyTrainerNode(Node):
         except ParameterError as exc:
             raise _Fail(invalid, f'parameter set {parameters_path}: {exc}' if parameters_path
                         else str(exc)) from None
+        except UnstableTwinError as exc:
+            where = f'parameter set {parameters_path}' if parameters_path else 'the twin'
+            raise _Fail(unstable, f'{where} makes the twin diverge in a small move of the arm: '
+                        f'{exc}') from None
         except (TaskError, SceneError, TwinError) as exc:
             raise _Fail(failed, str(exc)) from None
 

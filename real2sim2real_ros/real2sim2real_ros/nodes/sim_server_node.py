@@ -30,7 +30,10 @@ Interfaces (node-relative, so they never collide with the cell's ``/joint_states
 
 The live loop runs ``real_time_factor`` times faster than the wall clock (0: as fast as it
 can). Bad input answers success=false / an error code with a message; the node keeps
-running. An unstable twin pauses the live loop (``~/reset`` to recover).
+running. A twin that diverges is named UNSTABLE_TWIN (Rollout: UNSTABLE): a
+``~/set_physical_parameters`` batch that cannot hold the arm still for
+twin.STABILITY_PROBE_S = 0.3 s changes nothing; ``~/step`` answers it; the live loop
+pauses (``~/reset`` to recover).
 Exit code 2 with one line on stderr for unusable parameters or files (ConfigurationError).
 """
 from __future__ import annotations
@@ -72,6 +75,9 @@ from ..ros_time import duration_to_sec
 from .emulated_cell_node import _stamp, trajectory_command_from_msg
 
 NODE_NAME = 'sim_server'
+# The name of a diverged twin in service messages (the Rollout action's code: UNSTABLE; the
+# Identify and Train actions': UNSTABLE_TWIN).
+UNSTABLE = 'UNSTABLE_TWIN'
 RR = Rollout.Result
 CHUNK_WALL = 0.02      # s of wall time per live-loop slice (then services get the lock)
 # ~/step holds the twin's lock while it steps: bounded so one call cannot stall the node.
@@ -205,6 +211,15 @@ class SimServerNode(Node):
                 self._values = load_parameter_values(self.p_parameters_file, robot)
             known = {n: v for n, v in self._values.items() if self._known_name(twin, n)}
             twin.set_parameters(known)
+            if known:
+                twin.check_stable()
+        except UnstableTwinError as exc:
+            text = (f'cannot build the twin: {UNSTABLE}: parameters_file '
+                    f'{self.p_parameters_file or "(none)"}: {exc}')
+            if fatal:
+                raise self._config_error(text) from None
+            self.get_logger().error(text)
+            return text
         except (TwinError, ParameterError, ValueError, OSError) as exc:
             text = f'cannot build the twin: {str(exc).splitlines()[0]}'
             if fatal:
@@ -395,7 +410,8 @@ class SimServerNode(Node):
                             next_js = twin.data.time + 1.0 / self.p_rate
                 except UnstableTwinError as exc:
                     self._paused = True
-                    self.get_logger().error(f'{exc}; live loop paused (call ~/reset)')
+                    self.get_logger().error(f'{UNSTABLE}: {exc}; live loop paused (call '
+                                            f'~/reset)')
                     continue
                 if rtf > 0 and target - twin.data.time > 0.25 * rtf:
                     wall0, sim0 = time.monotonic(), twin.data.time   # behind: slip, no burst
@@ -472,7 +488,7 @@ class SimServerNode(Node):
                     for _ in range(int(req.steps)):
                         self._step_once(twin)
             except UnstableTwinError as exc:
-                resp.success, resp.message = False, f'{exc}; call ~/reset'
+                resp.success, resp.message = False, f'{UNSTABLE}: {exc}; call ~/reset'
                 resp.sim_time = float(twin.data.time)
                 return resp
             self._publish_state(twin)
@@ -516,10 +532,20 @@ class SimServerNode(Node):
             if twin is None:
                 return resp
             values = {p.name: p.value for p in req.parameters}
+            saved = twin.snapshot()
             try:
                 twin.set_parameters(values)
             except (ParameterError, ValueError) as exc:
                 resp.success, resp.message = False, str(exc)
+                return resp
+            try:   # all or nothing: a set that blows up in a small move changes nothing
+                twin.check_stable(object_poses=self._object_poses(twin))
+            except UnstableTwinError as exc:
+                twin.restore(saved)
+                resp.success = False
+                resp.message = (f'{UNSTABLE}: these {len(values)} parameter value(s) make the '
+                                f'twin diverge in a small move of the arm ({exc}); nothing '
+                                f'changed')
                 return resp
             for p in req.parameters:
                 self._values[p.name] = p.value
@@ -600,8 +626,7 @@ class SimServerNode(Node):
                   else twin.joint_positions())
             qd0 = (np.asarray(goal.initial_qvel, float) if len(goal.initial_qvel)
                    else twin.data.qvel[twin._dadr].copy())
-            objects = {oid: (twin.data.qpos[a:a + 3].copy(), twin.data.qpos[a + 3:a + 7].copy())
-                       for oid, a in zip(twin.object_ids, twin._obj_qadr)}
+            objects = self._object_poses(twin)
         if q0.shape != (nj,) or qd0.shape != (nj,):
             return RR.INVALID_GOAL, (f'initial_qpos/initial_qvel need {nj} values '
                                      f'(joints {twin.joint_names}) or none')
@@ -658,6 +683,12 @@ class SimServerNode(Node):
         result.object_ids = list(res.object_ids)
         result.object_poses = poses.ravel().tolist()
         return RR.NONE, ''
+
+    @staticmethod
+    def _object_poses(twin: Twin) -> dict:
+        """{object id: (xyz, quat)} of the twin's objects now."""
+        return {oid: (twin.data.qpos[a:a + 3].copy(), twin.data.qpos[a + 3:a + 7].copy())
+                for oid, a in zip(twin.object_ids, twin._obj_qadr)}
 
     def close(self):
         self._stop.set()
