@@ -65,6 +65,15 @@ def test_strike_plan_keeps_objects_on_the_table_and_upright(robot):
     # The default cylinder (8 cm tall on 6 cm) would topple sliding with a friction near 1.
     assert 'cylinder_0' in plan.skipped and 'tip over' in plan.skipped['cylinder_0']
     (s,) = plan.strikes
+    # With gentle strikes (config/identification.yaml) it gets one, released below the speed
+    # whose energy could lift its centre of mass over its edge (taken 10% higher and nearer).
+    gentle = plan_strike_probe(robot, objs, table, q0, {o.id: (0.2, 0.5, 1.0) for o in objs},
+                               StrikeConfig(gentle_strikes=True))
+    assert not gentle.skipped, gentle.skipped
+    b, c = sorted(gentle.strikes, key=lambda x: x.object_id)
+    assert c.object_id == 'cylinder_0' and c.gentle and not b.gentle
+    from real2sim2real_ros.core.sysid.object_probes import tip_energy_speed
+    assert 0.15 <= c.speed <= 0.9 * tip_energy_speed(0.03 * 0.8, 0.08 * 0.6) + 1e-9
     box = spec.object('box_0')
     rel = (s.heading - box.yaw) % np.pi
     assert min(rel, np.pi - rel) < 1e-6          # along the box's long axis

@@ -132,9 +132,14 @@ def test_live_strikes_identify_the_box_friction(live):
     # and 0.613 for 0.55, so a fixed 10% bound would fail at random. 25% catches a broken fit.
     pinned = f.identified and (f.upper_95 - f.lower_95) / 2 <= 0.065 * f.value
     assert abs(f.value - mu) <= (0.10 if pinned else 0.25) * mu, (f.value, pinned)
-    # The default cylinder (8 cm tall on a 6 cm base) would topple: not struck, not claimed.
-    c = est['geom/cylinder_0/friction']
-    assert not c.identified and (c.lower_95, c.upper_95) == (0.2, 1.0)
+    # The default cylinder (8 cm tall on a 6 cm base) could topple at the prior's friction
+    # bound: it gets gentle strikes (docs/identification.md, "Tall objects"; before, none and
+    # it stayed at its bounds). Its interval covers the truth; a claimed value within 10%.
+    c, mu_c = est['geom/cylinder_0/friction'], truth['geom/cylinder_0/friction']
+    print(f'cylinder friction {c.value:.3f} [{c.lower_95:.3f}, {c.upper_95:.3f}] (truth '
+          f'{mu_c}), identified {c.identified}')
+    assert c.lower_95 <= mu_c <= c.upper_95
+    assert not c.identified or abs(c.value - mu_c) <= 0.10 * mu_c
     # 20 arm parameters + friction, mass and the 2 lateral centre of mass offsets of two
     # objects. The box's offsets: within 5 mm where identified (2 sigma of the 2.5 mm error a
     # box's strikes share: live runs gave 7.9 and 9.5 mm for 6.0), covered either way; the

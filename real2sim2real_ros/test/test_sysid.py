@@ -254,3 +254,27 @@ def test_planned_condition_number_flags_a_probe_that_leaves_joints_still(robot):
                 for s in range(2)]
     assert planned_condition_number(twin, probes(), center) < 10
     assert planned_condition_number(twin, probes(['shoulder_pan_joint']), center) > 1e6
+
+
+def test_only_a_regression_the_data_rule_out_falls_back_to_the_rollout_fit(robot, monkeypatch,
+                                                                         short_recording):
+    """A bug inside the regression path surfaces; only RegressionNotPossible (data or specs
+    the regression cannot use) falls back, and the result says so."""
+    from real2sim2real_ros.core.sysid import fit as fit_module
+    from real2sim2real_ros.core.sysid.regression import RegressionNotPossible
+    spec, rec = short_recording
+    twin = twin_for(robot, spec)
+    specs = [ParameterSpec('joint/elbow_joint/damping', 0.5, 0.0, 2.0)]
+
+    def broken(*_a, **_k):
+        raise ValueError('operands could not be broadcast together')
+    monkeypatch.setattr(fit_module, '_regression_fit', broken)
+    with pytest.raises(ValueError, match='could not be broadcast'):
+        identify(twin, specs, [rec])
+
+    def not_possible(*_a, **_k):
+        raise RegressionNotPossible('too few samples')
+    monkeypatch.setattr(fit_module, '_regression_fit', not_possible)
+    fit = identify(twin, specs, [rec])
+    assert fit.method == 'least_squares'
+    assert any('regression not possible (too few samples)' in w for w in fit.warnings)

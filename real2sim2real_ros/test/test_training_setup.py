@@ -93,6 +93,25 @@ def test_default_scene_from_the_task_config(robot):
     assert twin.object_ids == ['b'] and task.cfg.object_size == [0.07, 0.05, 0.05]
 
 
+def test_the_callers_overrides_reach_the_task_over_the_scene(robot, scene):
+    # The harness's start, shape, goals and speed cap (evaluation/goals.py): before, the
+    # argument was shadowed and dropped, so a cylinder cell failed at its goals stage.
+    over = {'object_shape': 'cylinder', 'start_xy': (0.5, 0.05),
+            'distance_range': (0.06, 0.09), 'speed_range': (0.2, 0.7)}
+    task, twin, _ = build_task_and_twin(robot, 'slide_to_target', scene=scene,
+                                        object_id='cyl', overrides=over)
+    assert task.object_id == 'cyl' and task.cfg.object_shape == 'cylinder'
+    assert tuple(task.cfg.start_xy) == (0.5, 0.05)
+    assert tuple(task.cfg.distance_range) == (0.06, 0.09)
+    assert tuple(task.cfg.speed_range) == (0.2, 0.7)
+    # ... and over a checkpoint's task config as well.
+    task, _, _ = build_task_and_twin(
+        robot, 'slide_to_target', task_config={'task': 'slide_to_target', 'object_id': 'b',
+                                               'object_size': [0.07, 0.05, 0.05]},
+        overrides={'distance_range': (0.06, 0.09)})
+    assert tuple(task.cfg.distance_range) == (0.06, 0.09)
+
+
 def test_parameter_sets_load_from_files_and_stage_folders(tmp_path):
     ps = ParameterSet()
     ps.add(ParameterEstimate('joint/elbow_joint/damping', 0.6, 0.5, 0.7, 0.5, '', True))

@@ -13,12 +13,15 @@ from real2sim2real_ros.core.evaluation.cells import (
 )
 from real2sim2real_ros.core.evaluation.goals import (
     MIN_GOAL_DISTANCE,
+    UPRIGHT_SPEED_MARGIN,
     GoalsUnreachable,
     reachable_goals,
+    slides_at,
 )
 from real2sim2real_ros.core.evaluation.harness import POLICIES, summarize
 from real2sim2real_ros.core.evaluation.reasons import REASONS, CellEnded, classify
 from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
+from real2sim2real_ros.core.sysid.object_probes import tip_energy_speed
 from real2sim2real_ros.core.tasks import get_task
 from real2sim2real_ros.core.tasks.base import ResetSample
 from real2sim2real_ros.core.tasks.worlds import TaskObject, TaskTable, task_scene_xml
@@ -129,6 +132,140 @@ def test_heavy_rough_box_in_a_twin_gets_a_reachable_goal_range(robot):
     assert len(slides) == 3 and all(0 < s < 0.5 for s in slides)
     if g['record']['adapted']:
         assert g['overrides']['distance_range'][1] == pytest.approx(0.85 * min(slides), abs=1e-4)
+
+
+def test_a_box_that_tips_at_top_speed_gets_a_capped_speed_and_the_goals_it_reaches(robot):
+    # 6x6x8 cm, friction 0.6: struck at the task's top speed it tips over in the twin (before,
+    # a tipped object counted as infinite reach and every goal was attempted).
+    size = (0.06, 0.06, 0.08)
+    twin = Twin(robot, task_scene_xml(TaskObject('b', size, 0.2, 0.6)))
+    task = get_task('slide_to_target', robot, {'object_id': 'b', 'object_size': size})
+    top, upright = slides_at(task, twin, task.cfg.speed_range[1])
+    assert not all(upright), (top, upright)
+    g = reachable_goals(task, twin, 0.6)
+    rec = g['record']
+    v_cap = g['overrides']['speed_range'][1]
+    assert v_cap == pytest.approx(UPRIGHT_SPEED_MARGIN * rec['upright_speed_limit'], abs=1e-3)
+    assert v_cap < task.cfg.speed_range[1] and 'tips over' in rec['tip_message']
+    slides, upright = slides_at(task, twin, v_cap)
+    assert all(upright)
+    assert g['overrides']['distance_range'][1] <= 0.85 * min(slides) + 1e-4
+    # A taller one (5x5x9 cm, friction 1.0) reaches no goal worth training upright: the cell
+    # says so instead of attempting goals with strikes that tip it.
+    size = (0.05, 0.05, 0.09)
+    twin = Twin(robot, task_scene_xml(TaskObject('t', size, 0.2, 1.0)))
+    task = get_task('slide_to_target', robot, {'object_id': 't', 'object_size': size})
+    with pytest.raises(GoalsUnreachable) as exc:
+        reachable_goals(task, twin, 1.0)
+    assert classify(exc.value) == 'GOALS_UNREACHABLE' and 'tips it over' in str(exc.value)
+
+
+def _free_slide_tips(shape, size, mu, v) -> bool:
+    """An object of the cell-spec builder's MuJoCo cell (EmulatedWorld) given a horizontal
+    release speed v at rest on the table: does it end tipped (> 30 deg)?"""
+    import copy
+
+    import yaml
+
+    from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
+    from real2sim2real_ros.core.emulated_world import EmulatedWorld
+    d = copy.deepcopy(yaml.safe_load(open(default_cell_spec_path())))
+    d['objects'] = [{'id': 'o', 'shape': shape, 'size': list(size), 'mass': 0.2,
+                     'pose': {'xyz': [0.55, 0.0], 'yaw': 0.0},
+                     'friction': [mu, 0.005, 0.0001]}]
+    world = EmulatedWorld(load_cell_spec(d))
+    world.step_for(0.3)
+    world.push_object('o', (v, 0.0))
+    world.step_for(1.5)
+    _, q = world.object_poses()['o']
+    up_z = 1 - 2 * (q[1] ** 2 + q[2] ** 2)
+    return bool(up_z < np.cos(np.radians(30)))
+
+
+@pytest.mark.parametrize('shape,size', [('box', (0.05, 0.05, 0.09)),
+                                        ('cylinder', (0.05, 0.09))])
+def test_the_energy_bound_holds_in_mujoco_for_a_tall_object(shape, size):
+    # Friction 1.0 x centre height 0.045 > 0.025 to the edge: friction alone would tip it;
+    # below sqrt(2 g dh) (0.357 m/s) it cannot (measured: rocks <= 8 deg and settles), well
+    # above (measured first tip 0.5-0.6 m/s) it does.
+    edge, h_com = size[0] / 2, size[-1] / 2
+    assert 1.0 * h_com > edge
+    v_e = tip_energy_speed(edge, h_com)
+    assert v_e == pytest.approx(0.357, abs=2e-3)
+    assert not _free_slide_tips(shape, size, 1.0, 0.95 * v_e)
+    assert _free_slide_tips(shape, size, 1.0, 2.2 * v_e)
+    # Low friction (0.3 x 0.045 < 0.025): it slides instead, at any of these speeds.
+    assert not _free_slide_tips(shape, size, 0.3, 2.2 * v_e)
+
+
+def _strike_tall_box(robot, mu, cfg=None, com=(0.0075, 0.0, 0.018)):
+    """Plan a strike on a 5x5x9 cm box (centre of mass at the wide prior's extreme: 15% of
+    the extent forward, 20% of the height up) on the default cell from the prior's friction
+    bounds, run it on the emulated cell: (strike, still upright, distance moved)."""
+    import copy
+
+    import yaml
+
+    from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
+    from real2sim2real_ros.core.emulated_world import EmulatedWorld
+    from real2sim2real_ros.core.joint_trajectory import JointTrajectoryCommand
+    from real2sim2real_ros.core.sysid.object_probes import (
+        StrikeConfig,
+        StrikeObject,
+        TableRegion,
+        plan_strike_probe,
+    )
+    d = copy.deepcopy(yaml.safe_load(open(default_cell_spec_path())))
+    d['objects'] = [{'id': 'o', 'shape': 'box', 'size': [0.05, 0.05, 0.09], 'mass': 0.2,
+                     'pose': {'xyz': [0.46, 0.0], 'yaw': 0.0}, 'com_offset': list(com),
+                     'friction': [mu, 0.005, 0.0001]}]
+    spec = load_cell_spec(d)
+    t = spec.table
+    table = TableRegion(np.array(t.center[:2]), np.array(t.size[:2]), t.height)
+    obj = StrikeObject('o', 'box', (0.05, 0.05, 0.09), np.array([0.46, 0.0]), 0.0,
+                       t.height + 0.045)
+    plan = plan_strike_probe(robot, [obj], table, np.asarray(spec.robot.initial_positions),
+                             {'o': (0.2, 0.5, 1.0)}, cfg or StrikeConfig(gentle_strikes=True))
+    world = EmulatedWorld(spec)
+    p = plan.probe
+    world.set_trajectory(JointTrajectoryCommand(p.joint_names, p.times, p.positions,
+                                                p.velocities), now=world.time)
+    world.step_for(p.duration + 0.3)
+    xyz, q = world.object_poses()['o']
+    up_z = 1 - 2 * (q[1] ** 2 + q[2] ** 2)
+    return plan.strikes[0], bool(up_z > 0.95), float(np.hypot(xyz[0] - 0.46, xyz[1]))
+
+
+def test_a_tall_box_gets_a_gentle_strike_that_leaves_it_upright(robot):
+    from real2sim2real_ros.core.sysid.object_probes import StrikeConfig
+    # Before, refused (OBJECT_WOULD_TIP): friction up to 1.0 x 0.045 > 0.75 x 0.025.
+    strike, upright, moved = _strike_tall_box(robot, 1.0)
+    assert strike.gentle and strike.speed <= 0.9 * tip_energy_speed(0.02, 0.054) + 1e-9
+    assert upright and moved >= 0.008, (strike.speed, moved)
+    # The same box struck the ordinary way (rule off) at 0.6 m/s: tipped.
+    fast = StrikeConfig(tip_margin=1e3, speed_min=0.599, speed_max=0.6, target_slide=5.0)
+    strike, upright, _ = _strike_tall_box(robot, 1.0, fast)
+    assert not strike.gentle and strike.speed == pytest.approx(0.6, abs=0.002)
+    assert not upright
+
+
+def test_an_object_no_gentle_strike_moves_measurably_ends_object_would_tip(robot):
+    from real2sim2real_ros.core.sysid.object_probes import (
+        StrikeConfig,
+        StrikeObject,
+        TableRegion,
+        plan_strike_probe,
+    )
+    from real2sim2real_ros.core.sysid.probes import ProbeError
+    from real2sim2real_ros.core.tasks.kinematics import READY_POSE
+    table = TableRegion(np.array([0.6, 0.0]), np.array([0.7, 0.8]), 0.0)
+    # 4x4x10 cm: the gentlest strike that cannot tip it is 0.18 m/s.
+    obj = StrikeObject('o', 'box', (0.04, 0.04, 0.10), np.array([0.46, 0.0]), 0.0, 0.05)
+    with pytest.raises(ProbeError) as exc:
+        plan_strike_probe(robot, [obj], table, np.array(READY_POSE), {'o': (0.2, 0.5, 1.0)},
+                          StrikeConfig(gentle_strikes=True, gentle_speed_min=0.2))
+    assert classify(exc.value) == 'OBJECT_WOULD_TIP'
+    assert 'gentlest strike that cannot tip it (0.18 m/s' in str(exc.value)
 
 
 def test_clutter_stays_off_the_task_work_area():

@@ -183,9 +183,13 @@ def build_task_and_twin(robot, task_name: str, *, scene: SceneInfo | None = None
     must all exist in the twin."""
     if task_name not in task_names():
         raise TaskError(f'unknown task {task_name!r}; known tasks: {task_names()}')
+    # The caller's overrides apply last; ``overrides`` then collects the task's config (a
+    # checkpoint's, or the scene's geometry) under them. (Before, the argument was shadowed
+    # by the checkpoint's config here, so the harness's start, shape, goals and speed cap
+    # never reached the task: a cylinder cell failed 'the task acts on box objects'.)
+    extra = dict(overrides or {})
     overrides = dict(task_config or {})
     overrides.pop('task', None)
-    extra = dict(overrides or {})
     if scene is not None and not task_config:
         obj = select_object(scene, object_id, ('box', extra.get('object_shape', 'box')))
         overrides.update(object_id=obj.id, object_size=tuple(obj.size),

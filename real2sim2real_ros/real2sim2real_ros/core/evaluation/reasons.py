@@ -21,16 +21,19 @@ REASONS = {
                           'act on (slide_to_target: boxes and cylinders; push_to_pose: boxes)',
     'ARM_PROBES_BLOCKED': 'no arm identification probe about the ready pose keeps the arm '
                           'clear of the reconstructed table and objects: clear that space',
-    'OBJECT_WOULD_TIP': 'the object is tall for its footprint: at the friction bounds a slide '
-                        'could tip it over (friction x centre height > 0.75 x the distance to '
-                        'its edge), so no strike is planned; a lower / wider object',
+    'OBJECT_WOULD_TIP': 'the object is tall for its footprint: friction up to its bound x '
+                        'centre height > 0.75 x the distance to its edge, and even the gentle '
+                        'strike whose release cannot tip it (below 0.9 x sqrt(2 g dh)) would be '
+                        'under 0.15 m/s or slide it under 3 mm; a lower / wider object',
     'NO_SAFE_STRIKE': 'no identification strike keeps the object on the table and clear of '
                       'the others (its message names each heading\'s reason)',
     'TRACKER_LOST': 'the depth tracker does not see the task object before a strike',
     'OUT_OF_REACH': 'the tool cannot reach the task\'s start or goals tool-down (table height '
                     'or placement): move the object nearer the arm',
-    'GOALS_UNREACHABLE': 'the arm\'s fastest strike cannot slide the identified object to any '
-                         'goal worth training on: a lighter or smoother object, nearer goals',
+    'GOALS_UNREACHABLE': 'the arm\'s fastest strike (or the fastest that leaves the object '
+                         'upright in the identified twin) cannot slide the identified object to '
+                         'any goal worth training on: a lighter, smoother, lower or wider '
+                         'object, nearer goals',
     'NO_DEMONSTRATIONS': 'no scripted demonstration succeeded in the twin',
     'TWIN_UNSTABLE': 'the twin\'s simulation diverged at the identified values',
     'TRUTH_LEAK': 'a stage read the cell\'s truth outside scoring (a harness bug)',

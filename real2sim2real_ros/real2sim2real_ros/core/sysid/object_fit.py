@@ -678,9 +678,15 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
                      heldout: list[StrikeRecording] | None = None, *,
                      options: ObjectFitOptions | None = None, nthread: int = 1,
                      arm_priors: dict | None = None, reference: dict | None = None,
-                     progress=None) -> ObjectFitResult:
+                     progress=None, scores: str = 'all') -> ObjectFitResult:
     """Fit the object parameters ``specs`` (``geom/<id>/friction``, ``body/<id>/mass``; any
     subset) to the strikes in ``recordings``; score them on ``heldout``.
+
+    ``scores``: which strikes are simulated again for the scores and the report's paths once
+    the estimates are fixed: 'all' (the fitted and the held-out ones), 'heldout' (only the
+    held-out ones: a validation fit, whose fitted strikes no one reads) or 'none' (an
+    intermediate fit read for its estimates only; its residuals and held-out figures are
+    nan). The estimates do not depend on it.
 
     The twin holds the arm's parameters (identified or known) and the scene with the objects;
     it keeps the fitted object values on return. ``arm_priors``: the arm's values before its
@@ -689,6 +695,8 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
     Raises ObjectDataError when no strike of any declared object is usable.
     """
     t0 = time.perf_counter()
+    if scores not in ('all', 'heldout', 'none'):
+        raise ValueError(f"scores {scores!r}: expected 'all', 'heldout' or 'none'")
     options = options or ObjectFitOptions()
     heldout = heldout or []
     twin.validate_names([s.name for s in specs])
@@ -749,12 +757,13 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
                                                  s.unit, False))
         fitted = {s.name: result_set[s.name].value for s in ospecs}
         name = ospecs[0].name
-        score = _Residual(twin, osegs, name, {s.name: priors[s.name] for s in ospecs},
-                          'object', sigma_track, options, nthread)
-        rb.append(score([priors[name]])[:, 0])
-        score.fixed = dict(fitted)
-        ra.append(score([fitted[name]])[:, 0])
-        n_rollouts += score.n_rollouts
+        if scores == 'all':
+            score = _Residual(twin, osegs, name, {s.name: priors[s.name] for s in ospecs},
+                              'object', sigma_track, options, nthread)
+            rb.append(score([priors[name]])[:, 0])
+            score.fixed = dict(fitted)
+            ra.append(score([fitted[name]])[:, 0])
+            n_rollouts += score.n_rollouts
         per_object[oid] = {'strikes': len(osegs), 'slides_m': [round(s.slide, 4) for s in osegs],
                            **{k: v if isinstance(v, str) else float(v) for k, v in info.items()}}
     if len(unstruck) == len(by_object):
@@ -768,8 +777,9 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
     after_vals = dict(fitted_all)
     if reference:
         twin.validate_names(list(reference))
-    for seg, is_held in [(s, False) for s in segs if s.object_id in by_object] + \
-                        [(s, True) for s in held_segs if s.object_id in by_object]:
+    shown = [(s, False) for s in segs if s.object_id in by_object and scores == 'all'] + \
+        [(s, True) for s in held_segs if s.object_id in by_object and scores != 'none']
+    for seg, is_held in shown:
         pre = {**(arm_priors or {}), **before_vals} if is_held else before_vals
         samples = [pre, after_vals] + ([{**after_vals, **reference}]
                                        if is_held and reference else [])
@@ -843,7 +853,8 @@ def final_object_fits(twin: Twin, specs: list[ParameterSpec], recordings: list[S
     if len(recordings) > 1:
         validation = identify_objects(twin, specs, recordings[:-1], heldout=recordings[-1:],
                                       options=options, nthread=nthread, arm_priors=arm_priors,
-                                      reference=reference, progress=progress)
+                                      reference=reference, progress=progress,
+                                      scores='heldout')
     fit = identify_objects(twin, specs, recordings, options=options, nthread=nthread,
                            arm_priors=arm_priors, progress=progress)
     if validation is not None:

@@ -23,7 +23,13 @@ the object's whole path (push plus the longest slide the friction bounds allow, 
 stays on the table, clear of every other object and of the paths of objects struck before it
 in the same probe, and the arm reaches every waypoint within its joint and speed limits.
 Speed: the largest that keeps the slide at the friction's lower bound inside the free path,
-at most the one that slides ``target_slide`` at the current estimate.
+at most the one that slides ``target_slide`` at the current estimate. A tall object (friction
+up to the current upper bound x centre height > ``tip_margin`` x the distance to its front
+edge) gets a gentle strike instead: released below the speed whose kinetic energy could lift
+its centre of mass over the edge (:func:`tip_energy_speed`, with ``com_uncertainty`` and
+``tip_speed_fraction``), without the lift on braking; the strikes after it use the fitted
+friction's upper bound (core/sysid/stage.run_strikes refits between strike probes). One for
+which even that cannot be done (too slow to move it measurably) is refused ('could tip over').
 
 One probe execution strikes every object once (one trajectory: travel above the start at a
 safe height, descend, rest, push, settle, lift, next object, back to where it started), so
@@ -41,7 +47,7 @@ import numpy as np
 from .probes import Probe, ProbeError
 
 __all__ = ['StrikeConfig', 'StrikeInfo', 'StrikeObject', 'StrikePlan', 'TableRegion',
-           'TiltedToolIK', 'plan_strike_probe']
+           'TiltedToolIK', 'plan_strike_probe', 'tip_energy_speed']
 
 G = 9.81
 
@@ -83,6 +89,28 @@ class StrikeConfig:
     # joint 6 = pi) keep its wrist away from that. Within +-90: never over the object.
     leans_deg: tuple = (0.0, 45.0, -45.0, 90.0, -90.0)
     tip_margin: float = 0.75         # mu_max h_com <= this x (COM to the front edge): upright
+    # Above tip_margin (a tall object, or the prior's friction bound): a gentle strike whose
+    # release cannot tip it, 1/2 v^2 < g dh (tip_energy_speed), the centre of mass taken
+    # com_uncertainty x the extent nearer the front edge and x the height higher than the
+    # geometric centre, at tip_speed_fraction of that speed, with no lift while braking (a
+    # rising tool drags a high-friction object's face up and tips it: measured, docs/
+    # identification.md "Tall objects"); taken when it slides >= gentle_min_slide at the
+    # estimate, at >= gentle_speed_min. Later strikes use the fitted friction's upper bound.
+    # Off by default (the bench and the default cell's unit tests strike as before: with
+    # them on, the default cell's box came out at friction 0.481 for 0.55 instead of 0.509,
+    # its plans changed by the cylinder's gentle strikes); config/identification.yaml turns
+    # them on for the node and the harness.
+    gentle_strikes: bool = False
+    com_uncertainty: float = 0.1
+    tip_speed_fraction: float = 0.9
+    gentle_speed_min: float = 0.15
+    gentle_min_slide: float = 0.003
+    gentle_lift: float = 0.0
+    # ... and creeping this far past the planned contact (not creep_extra) before it
+    # accelerates: the release speed of a gentle strike must be the planned one, so the tool
+    # must already touch (the default arm's 15 mm ball meets the object ~9 mm later than a
+    # tool_radius 0.02 flat tool would; measured: a 0.18 m/s strike never reached a 4 cm box)
+    gentle_creep_extra: float = 0.02
 
     @classmethod
     def from_dict(cls, d: dict | None) -> StrikeConfig:
@@ -93,10 +121,9 @@ class StrikeConfig:
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f'strike config: unknown field(s) {extra}; known {sorted(known)}')
-        if 'leans_deg' in d:
-            d['leans_deg'] = tuple(float(x) for x in d['leans_deg'])
-        cfg = cls(**{k: (int(v) if k == 'directions' else v if k == 'leans_deg'
-                         else float(v)) for k, v in d.items()})
+        kinds = {'directions': int, 'gentle_strikes': bool,
+                 'leans_deg': lambda v: tuple(float(x) for x in v)}
+        cfg = cls(**{k: kinds.get(k, float)(v) for k, v in d.items()})
         if not cfg.leans_deg or any(abs(x) > 90 for x in cfg.leans_deg):
             raise ValueError('strike config: leans_deg needs at least one lean, each within '
                              '+-90 deg (the upper tool never over the object)')
@@ -104,6 +131,12 @@ class StrikeConfig:
                 and 0 <= cfg.tilt < math.radians(60)):
             raise ValueError('strike config: need 0 < speed_min < speed_max, accel > 0, '
                              'decel > 9.81 and 0 <= tilt < 60 deg')
+        if not (0 <= cfg.com_uncertainty < 0.5 and 0 < cfg.tip_speed_fraction <= 1
+                and 0 < cfg.gentle_speed_min and cfg.gentle_lift >= 0
+                and cfg.gentle_creep_extra >= 0):
+            raise ValueError('strike config: need 0 <= com_uncertainty < 0.5, '
+                             '0 < tip_speed_fraction <= 1, gentle_speed_min > 0, '
+                             'gentle_lift >= 0 and gentle_creep_extra >= 0')
         return cfg
 
 
@@ -164,6 +197,7 @@ class StrikeInfo:
     start_xy: list = field(default_factory=list)     # object position the plan assumed
     slide_range: list = field(default_factory=list)  # predicted slide at the friction bounds
     lean: float = 0.0                # rad, azimuth of the tool's tilt from straight back
+    gentle: bool = False             # speed capped so that the release cannot tip it
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -365,7 +399,8 @@ def _line_points(ik: TiltedToolIK, a, b, duration, dt, q_seed):
     return taus, qs, qd
 
 
-def _push_profile(v: float, cfg: StrikeConfig):
+def _push_profile(v: float, cfg: StrikeConfig, lift: float | None = None,
+                  creep_extra: float | None = None):
     """Tool progress s(t) from the start (at rest) and its height offset: creep at
     ``creep_speed`` over the gap and ``creep_extra`` (the tool meets the object gently, wherever
     the gap really is), accelerate at ``accel`` to v, brake at ``decel`` while rising by
@@ -373,7 +408,7 @@ def _push_profile(v: float, cfg: StrikeConfig):
     vc = cfg.creep_speed
     t_c0 = vc / cfg.accel                              # up to creep speed
     s_c0 = 0.5 * vc * t_c0
-    d_creep = cfg.gap + cfg.creep_extra
+    d_creep = cfg.gap + (cfg.creep_extra if creep_extra is None else creep_extra)
     t_c1 = t_c0 + max(d_creep - s_c0, 0.0) / vc        # end of the creep
     s_c1 = max(d_creep, s_c0)
     t_acc = (v - vc) / cfg.accel
@@ -390,7 +425,7 @@ def _push_profile(v: float, cfg: StrikeConfig):
                  np.where(t <= t_rel,
                           s_c1 + vc * (t - t_c1) + 0.5 * cfg.accel * (t - t_c1) ** 2,
                           s_rel + v * (t - t_rel) - 0.5 * cfg.decel * (t - t_rel) ** 2)))
-    dz = cfg.lift * np.clip((t - t_rel) / t_dec, 0.0, 1.0)
+    dz = (cfg.lift if lift is None else lift) * np.clip((t - t_rel) / t_dec, 0.0, 1.0)
     return t, s, dz, t_rel, s_rel
 
 
@@ -480,14 +515,40 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     return StrikePlan(probe, strikes, skipped)
 
 
+def tip_energy_speed(edge: float, h_com: float, g: float = G) -> float:
+    """The release speed (m/s) below which a rigid object sliding on a table cannot tip over
+    its front edge whatever the friction: tipping lifts the centre of mass (``h_com`` above
+    the table, ``edge`` horizontally behind the edge) by ``hypot(edge, h_com) - h_com``, which
+    the kinetic energy 1/2 v^2 must pay (friction only takes energy away). A necessary
+    condition, not a sufficient one: measured in MuJoCo (docs/identification.md, "Tall
+    objects") free slides first tip at 1.4-1.8 x this speed."""
+    return math.sqrt(2.0 * g * (math.hypot(edge, h_com) - h_com))
+
+
 def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, safe_z, q_seed,
                  mu_hi=1.0):
     u = np.array([np.cos(heading), np.sin(heading)])
-    # Sliding, friction tips an object over its front edge when mu h_com > (COM to the edge).
+    # Sliding, friction tips an object over its front edge when mu h_com > (COM to the edge)
+    # and the release's kinetic energy lifts its centre of mass over the edge.
     edge = obj.half_extent_along(heading)
+    v_tip = None
     if mu_hi * obj.height / 2 > cfg.tip_margin * edge:
-        return None, (f'it could tip over (friction up to {mu_hi:.2f} x centre height '
-                      f'{obj.height / 2:.3f} m > {cfg.tip_margin} x {edge:.3f} m to its edge)')
+        cu = cfg.com_uncertainty
+        v_tip = cfg.tip_speed_fraction * tip_energy_speed(edge * (1 - 2 * cu),
+                                                          obj.height * (0.5 + cu))
+        tip_why = (f'it could tip over (friction up to {mu_hi:.2f} x centre height '
+                   f'{obj.height / 2:.3f} m > {cfg.tip_margin} x {edge:.3f} m to its edge)')
+        slide_est = v_tip ** 2 / (2 * mu_est * G)
+        if not cfg.gentle_strikes:
+            return None, f'{tip_why}; gentle strikes are off (strike: gentle_strikes)'
+        if v_tip < cfg.gentle_speed_min or slide_est < cfg.gentle_min_slide:
+            return None, (f'{tip_why}, and the gentlest strike that cannot tip it '
+                          f'({v_tip:.2f} m/s: its centre of mass lifts '
+                          f'{1000 * v_tip ** 2 / (2 * G):.1f} mm at most) would slide it '
+                          f'{1000 * slide_est:.1f} mm at friction {mu_est:.2f} (a gentle '
+                          f'strike needs >= {1000 * cfg.gentle_min_slide:.0f} mm at >= '
+                          f'{cfg.gentle_speed_min} m/s); a wider or lower object, or a lower '
+                          f'friction upper bound')
     free, why = _free_length(obj, u, table, occupied, cfg)
     contact = obj.half_extent_along(heading) + cfg.tool_radius * np.cos(cfg.tilt) + cfg.gap
     start = obj.xy - u * contact
@@ -504,27 +565,36 @@ def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, sa
     v_goal = math.sqrt(2 * mu_est * G * cfg.target_slide)
     v = min(v_space, v_goal, cfg.speed_max)
     v_info = math.sqrt(2 * mu_est * G * cfg.min_slide)
-    if v < max(cfg.speed_min, min(v_info, cfg.speed_max)):
+    speed_min = cfg.speed_min
+    if v_tip is not None:            # a gentle strike: its own minimum
+        speed_min = cfg.gentle_speed_min
+        v_info = math.sqrt(2 * mu_est * G * cfg.gentle_min_slide)
+        v = min(v, v_tip)
+    if v < max(speed_min, min(v_info, cfg.speed_max)):
         return None, f'{free:.2f} m free before {why}'
+    lift, creep = (cfg.lift, cfg.creep_extra) if v_tip is None else (cfg.gentle_lift,
+                                                                      cfg.gentle_creep_extra)
     best, why = None, 'the push is too fast for the joint speed limits'
     for lean in cfg.leans_deg:
-        option, why_lean = _try_lean(obj, heading, math.radians(lean), start, u, v, cfg, ik,
-                                     vlim, mu_lo, safe_z, q_seed, table, free, extra)
+        option, why_lean = _try_lean(heading, math.radians(lean), start, u, v, cfg, ik, vlim,
+                                     mu_lo, safe_z, q_seed, table, free, extra, speed_min,
+                                     lift, creep)
         if option is None:
             if best is None:
                 why = why_lean
             continue
+        option['gentle'] = v_tip is not None
         if best is None or option['speed'] > best['speed'] + 1e-9:
             best = option
         # The first lean (straight back first) fast enough for an informative slide, or
         # not slowed down at all, is taken; else the fastest of them all.
-        if option['speed'] >= min(v, max(v_info, cfg.speed_min)) - 1e-9:
+        if option['speed'] >= min(v, max(v_info, speed_min)) - 1e-9:
             break
     return best, ('' if best is not None else why)
 
 
-def _try_lean(obj, heading, lean, start, u, v, cfg, ik, vlim, mu_lo, safe_z, q_seed, table,
-              free, extra):
+def _try_lean(heading, lean, start, u, v, cfg, ik, vlim, mu_lo, safe_z, q_seed, table,
+              free, extra, speed_min, lift, creep):
     ik.set_heading(heading, lean)
     z = cfg.tip_height
     rest = np.array([*start, table.height + z])
@@ -534,7 +604,7 @@ def _try_lean(obj, heading, lean, start, u, v, cfg, ik, vlim, mu_lo, safe_z, q_s
         # A redundant arm's self-motion (the elbow's swivel) decides how close the wrist is
         # to a singularity along the push (e.g. a Panda's joints 5 and 7 aligning): take the
         # one that needs the least joint speed at the rest and at the release.
-        _, _, _, _, s_rel0 = _push_profile(v, cfg)
+        _, _, _, _, s_rel0 = _push_profile(v, cfg, lift, creep)
         release = rest + np.array([*(s_rel0 * u), 0.0])
         vel = np.array([*(v * u), 0.0])
         q_best = ik.best_redundancy(rest, q_rest, [(rest, vel), (release, vel)], vlim)
@@ -546,9 +616,9 @@ def _try_lean(obj, heading, lean, start, u, v, cfg, ik, vlim, mu_lo, safe_z, q_s
         q_rest = down[1][-1]
     except Exception as exc:  # noqa: BLE001 - IKError: out of reach or past a limit
         return None, f'unreachable ({str(exc).splitlines()[0]})'
-    while v >= cfg.speed_min:
+    while v >= speed_min:
         try:
-            t, s, dz, t_rel, s_rel = _push_profile(v, cfg)
+            t, s, dz, t_rel, s_rel = _push_profile(v, cfg, lift, creep)
             pts = np.column_stack([start[None] + s[:, None] * u[None],
                                    table.height + z + dz])
             qs = ik.solve_path(pts, q_rest)
@@ -602,7 +672,7 @@ def _append_strike(build: _Builder, obj, opt, cfg, ik, safe_z, mu_lo, mu_hi) -> 
                       float(t_end), float(max(opt['s_release'] - cfg.gap, 0.0)),
                       [float(x) for x in obj.xy],
                       [float(opt['speed'] ** 2 / (2 * mu_hi * G)), float(slide_max)],
-                      float(opt['lean']))
+                      float(opt['lean']), bool(opt.get('gentle', False)))
 
 
 def _check_probe(robot, probe: Probe, ik: TiltedToolIK, table: TableRegion, vlim):

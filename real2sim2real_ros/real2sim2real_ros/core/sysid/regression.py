@@ -50,10 +50,16 @@ import numpy as np
 
 from ..parameters import ParameterSpec, split_name
 
-__all__ = ['ArmRegression', 'RegressionOptions', 'planned_condition_number', 'regress_arm',
-           'regression_supported']
+__all__ = ['ArmRegression', 'RegressionNotPossible', 'RegressionOptions',
+           'planned_condition_number', 'regress_arm', 'regression_supported']
 
 _FIELDS = ('armature', 'damping', 'frictionloss')
+
+
+class RegressionNotPossible(ValueError):
+    """The recordings or the declared parameters do not allow the regression (too few
+    samples for the filter, a parameter it cannot fit): the caller may fall back to the
+    rollout fit. Any other error is a bug and propagates."""
 
 
 @dataclass
@@ -118,7 +124,7 @@ def _filtered(rec, opt: RegressionOptions):
     if win % 2 == 0:
         win += 1
     if q.shape[0] < 3 * win:
-        raise ValueError(f'{rec.name}: {q.shape[0]} samples are too few for a '
+        raise RegressionNotPossible(f'{rec.name}: {q.shape[0]} samples are too few for a '
                          f'{opt.window_s} s filter window')
     kw = dict(window_length=win, polyorder=opt.polyorder, axis=0, mode='interp')
     qs = savgol_filter(q, **kw)
@@ -228,13 +234,15 @@ def regress_arm(twin, specs: list[ParameterSpec], recordings, opt: RegressionOpt
     """Fit ``specs`` (see :func:`regression_supported`) to ``recordings`` by regression.
 
     The twin's other parameters (servo gains, undeclared joint values) are its current ones.
-    Raises ValueError when the specs are not all regressable or a recording is too short.
+    Raises RegressionNotPossible when the specs are not all regressable or a recording is
+    too short.
     """
     from scipy import optimize, stats
     opt = opt or RegressionOptions()
     if not regression_supported(twin, specs):
-        raise ValueError('regression fits only arm joint damping / armature / frictionloss, '
-                         'global/command_latency and global/gravity_compensation')
+        raise RegressionNotPossible(
+            'regression fits only arm joint damping / armature / frictionloss, '
+            'global/command_latency and global/gravity_compensation')
     timings = {}
     t0 = time.perf_counter()
     terms = [_Terms(twin, r, opt) for r in recordings]

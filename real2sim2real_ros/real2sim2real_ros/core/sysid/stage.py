@@ -246,7 +246,7 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             with timer('object_fit_intermediate'):
                 try:
                     f = identify_objects(twin, specs, recs, options=options,
-                                         nthread=settings.nthread)
+                                         nthread=settings.nthread, scores='none')
                 except ValueError as exc:
                     log(f'intermediate object fit: {exc}')
                     continue
