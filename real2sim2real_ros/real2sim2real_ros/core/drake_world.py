@@ -53,9 +53,9 @@ from .emulated_world import (
     OBJECT_PREFIX,
     WorldBuildError,
     _solid_inertia,
-    _yaw_quat,
     load_robot_model,
 )
+from .geometry import yaw_quat
 from .joint_trajectory import TrajectoryFollower
 from .truth import TruthDoor
 from .world import ServoCellBase, object_resets
@@ -537,7 +537,7 @@ class DrakeWorld(ServoCellBase):
                     xyz, quat = pose
                 else:
                     obj = self._spec.object(oid)
-                    xyz, quat = obj.xyz, _yaw_quat(obj.yaw)
+                    xyz, quat = obj.xyz, yaw_quat(obj.yaw).tolist()
                 body = self._bodies[oid]
                 self.plant.SetFreeBodyPose(self._plant_context, body, RigidTransform(
                     Quaternion(np.asarray(quat, float)), np.asarray(xyz, float)))
