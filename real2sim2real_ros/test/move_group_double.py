@@ -46,6 +46,16 @@ class MoveGroupDouble:
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._executor.spin, daemon=True)
         self._thread.start()
+        # move_group's controller manager makes its controllers' action clients at start-up;
+        # one made at the first goal spends that goal's first ~0.5-1 s on discovery, late
+        # enough that the executor measured 0.153 rad of tracking error on it.
+        self._client(default_controller)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Block until the default controller's follow_joint_trajectory server is seen."""
+        if not self._client(self.default_controller).wait_for_server(timeout_sec=timeout):
+            raise TimeoutError(f'/{self.default_controller}/follow_joint_trajectory not seen '
+                               f'within {timeout:.0f} s')
 
     def _client(self, controller: str) -> ActionClient:
         with self._lock:

@@ -37,6 +37,7 @@ def cell(share_dir, tmp_path_factory):
     cmd = Commander(node_name='moveit_test_commander')
     try:
         joints = list(cmd.joint_state(timeout=60).name)
+        double.wait_ready(timeout=30)
         resp = cmd.arm(wait=30)
         assert resp.success, resp.message
         yield cmd, joints, double
