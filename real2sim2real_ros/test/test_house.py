@@ -11,11 +11,10 @@ NODES = Path(__file__).resolve().parents[1] / 'real2sim2real_ros' / 'nodes'
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 50
 LONG_FILES = {'loop_coordinator_node.py', 'policy_trainer_node.py',
-              'sim_server_node.py', 'system_identification_node.py'}
+              'system_identification_node.py'}
 LONG_FUNCTIONS = {
     'loop_coordinator_node.py': {'_read_parameters', '_loop', '_trial'},
     'policy_trainer_node.py': {'_read_parameters', '_train', '_evaluate'},
-    'sim_server_node.py': {'__init__', '_rollout'},
     'system_identification_node.py': {'_read_parameters', '_identify'},
 }
 
