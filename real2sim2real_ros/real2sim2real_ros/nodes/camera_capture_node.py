@@ -90,7 +90,9 @@ def _bind_parameters(node) -> Params:
     try:
         return bind(node, PARAMETERS)
     except (ParameterException, ValueError, TypeError) as exc:
-        raise ConfigurationError(f'camera_capture parameters: {exc}') from None
+        err = ConfigurationError(f'camera_capture parameters: {exc}')
+        err.node_name = 'camera_capture'
+        raise err from None
 
 
 @dataclass
