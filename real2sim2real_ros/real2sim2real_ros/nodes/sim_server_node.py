@@ -59,13 +59,13 @@ from real2sim2real_msgs.srv import (
     StepSim,
 )
 
-from .. import qos
 from ..core.joint_trajectory import TrajectoryError, TrajectoryFollower
 from ..core.parameters import EstimateBook, ParameterError, UnknownParameterError
 from ..core.rollout_goal import object_poses, state_vector_problem
 from ..core.twin import Twin, TwinError, UnstableTwinError
-from ..params import Param, bind
-from ..ros_main import ConfigurationError, run_node
+from ..ros import qos
+from ..ros.params import Param, bind
+from ..ros.ros_main import ConfigurationError, run_node
 from .cell_messages import stamp, trajectory_command_from_msg
 from .twin_cameras import TwinCameras
 from .twin_rollout import RolloutAction

@@ -20,8 +20,8 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import CameraInfo, Image
 
-from .. import qos
 from ..core import camera_model
+from ..ros import qos
 from .cell_messages import camera_info_msg, image_msg, stamp
 
 

@@ -18,7 +18,7 @@ from ..core import rollout_goal
 from ..core.parameters import ParameterError, UnknownParameterError
 from ..core.rollout_goal import RolloutCanceled, RolloutGoalError
 from ..core.twin import InvalidRolloutError, UnstableTwinError
-from ..ros_time import duration_to_sec
+from ..ros.ros_time import duration_to_sec
 
 
 class RolloutAction:
