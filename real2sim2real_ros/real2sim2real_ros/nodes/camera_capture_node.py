@@ -22,7 +22,7 @@ INVALID_GOAL), assigned round-robin to the cameras; each view
 averages ``frames_per_view`` depth frames received after the goal started, spaced at least
 ``view_interval`` s from the camera's previous view (a handheld sweep or a wrist camera
 moved by the executor). Feedback views_done/views_total; cancel -> CANCELED.
-Images use qos.IMAGES (reliable keep-last-10; see qos.py for why not best effort) or the
+Images use qos.IMAGES (reliable keep-last-10; ros/qos.py says why) or the
 REP 2003 SensorDataQoS (``image_qos: sensor_data``).
 Exit code 2 with one line on stderr for unusable parameters or files (ConfigurationError).
 """
