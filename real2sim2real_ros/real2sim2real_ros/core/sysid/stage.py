@@ -405,7 +405,8 @@ def _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, twin, sho
             'heldout_along_after_m': ofit.heldout_along_after,
             'heldout_joint_before': ofit.heldout_joint_before,
             'heldout_joint_after': ofit.heldout_joint_after,
-            'fit_wall_s': ofit.wall_time, 'rollouts': ofit.n_rollouts,
+            'fit_wall_s': ofit.wall_time, 'fit_cpu_s': ofit.cpu_time,
+            'rollouts': ofit.n_rollouts,
             'tracker_noise_m': ofit.tracker_noise, 'dropped': ofit.dropped,
             'unstruck': ofit.unstruck, 'per_object': ofit.per_object}
     timings = timer.to_dict()
