@@ -15,7 +15,7 @@ NODES = {
     'robot_executor': 'real2sim2real_ros.nodes.robot_executor.node:main',
     'scene_reconstruction': 'real2sim2real_ros.nodes.scene_reconstruction_node:main',
     'sim_server': 'real2sim2real_ros.nodes.sim_server_node:main',
-    'system_identification': 'real2sim2real_ros.nodes.system_identification_node:main',
+    'system_identification': 'real2sim2real_ros.nodes.system_identification.node:main',
     'r2s2r': 'real2sim2real_ros.cli.main:main',
 }
 

@@ -136,7 +136,7 @@ def test_error_codes_map_from_the_core_exceptions():
     from real2sim2real_ros.core.sysid.bags import MissingTopicsError
     from real2sim2real_ros.core.sysid.fit import NotConvergedError
     from real2sim2real_ros.core.twin import UnstableTwinError
-    from real2sim2real_ros.nodes.system_identification_node import error_code_for
+    from real2sim2real_ros.nodes.system_identification.node import error_code_for
     assert [error_code_for(e('x')) for e in (
         MissingTopicsError, UnknownParameterError, InvalidBoundsError, NotConvergedError,
         UnstableTwinError)] == [IR.MISSING_TOPICS, IR.UNKNOWN_PARAMETER, IR.INVALID_BOUNDS,
