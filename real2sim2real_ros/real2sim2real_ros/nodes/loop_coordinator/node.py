@@ -177,7 +177,7 @@ class LoopCoordinatorNode(ChildStages, ExecuteStage, Node):
                 return robot
             if time.monotonic() > deadline:
                 raise StageFailed('no robot_description received (needed to draw the task '
-                                   'goals)')
+                                  'goals)')
             time.sleep(0.1)
 
     # ------------------------------------------------------------------ goal plumbing
@@ -230,7 +230,7 @@ class LoopCoordinatorNode(ChildStages, ExecuteStage, Node):
             self._check_cancel(run)
             if time.monotonic() > deadline:
                 raise StageFailed(f'{what}: action {self._names[id(client)]} is not '
-                                   'available')
+                                  'available')
             time.sleep(0.1)
         stage, finished = run.stage, [False]
 
@@ -242,7 +242,7 @@ class LoopCoordinatorNode(ChildStages, ExecuteStage, Node):
         handle = self._wait(run, send, 30.0, f'{what} goal', cancelable=False)
         if not handle.accepted:
             raise StageFailed(f'{what}: {self._names[id(client)]} rejected the goal (busy '
-                               f'with another goal?)')
+                              f'with another goal?)')
         run.child = handle
         try:
             return self._await_child(run, handle, self._names[id(client)], what)
@@ -277,7 +277,7 @@ class LoopCoordinatorNode(ChildStages, ExecuteStage, Node):
                 handle.cancel_goal_async()
                 got.wait(CANCEL_GRACE)
                 raise StageFailed(f'{what}: no result within stage_timeout '
-                                   f'{self.p.stage_timeout:.0f} s (canceled)')
+                                  f'{self.p.stage_timeout:.0f} s (canceled)')
         return res_future.result().result
 
     def _server_endpoints(self, action_name: str) -> set[bytes]:

@@ -172,8 +172,8 @@ class ChildStages:
             checkpoint_path=str(ckpt), task=run.task, trials=trials), 'policy_trainer', fb)
         if res.error_code:
             raise StageFailed(child_error('policy_trainer', res))
-        r = res.result
-        run.twin = lp.SuccessCount(int(r.trials), int(r.successes)).to_dict()
+        twin = res.result
+        run.twin = lp.SuccessCount(int(twin.trials), int(twin.successes)).to_dict()
         stage = RunDirectory(run.run_dir).new_stage('evaluate', inputs={
             'task': run.task, 'checkpoint': str(ckpt)}, parameters={'trials': trials})
         stage.results = {'twin': run.twin}
