@@ -22,11 +22,11 @@ from real2sim2real_msgs.action import ExecutePolicy
 from real2sim2real_msgs.msg import TrackedObjects
 from real2sim2real_msgs.srv import ResetObjects
 
-from ... import qos
 from ...core import loop_plan as lp
 from ...core.geometry import quat_msg_yaw
-from ...ros_time import NodeDeadline
-from ...subscriptions import subscribed
+from ...ros import qos
+from ...ros.ros_time import NodeDeadline
+from ...ros.subscriptions import subscribed
 from .run import LoopRun, StageFailed, child_error, read_json
 
 PolicyResult = ExecutePolicy.Result

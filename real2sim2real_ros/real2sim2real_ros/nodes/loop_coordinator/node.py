@@ -30,11 +30,11 @@ from real2sim2real_msgs.action import (
 from real2sim2real_msgs.msg import Scene
 from real2sim2real_msgs.srv import ResetObjects
 
-from ... import qos
 from ...core import loop_plan as lp
-from ...goal_client import GoalClient, code_name
-from ...params import Param, bind
-from ...ros_main import ConfigurationError, run_node
+from ...ros import qos
+from ...ros.goal_client import GoalClient, code_name
+from ...ros.params import Param, bind
+from ...ros.ros_main import ConfigurationError, run_node
 from .execute import ExecuteStage
 from .run import Canceled, LoopRun, StageFailed, read_json
 from .stages import ChildStages

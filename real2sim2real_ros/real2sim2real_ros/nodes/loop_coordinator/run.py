@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ...core import loop_plan as lp
-from ...goal_client import code_name
+from ...ros.goal_client import code_name
 
 
 class StageFailed(Exception):

@@ -17,9 +17,9 @@ from std_msgs.msg import String
 from real2sim2real_msgs.action import Evaluate, Train
 from real2sim2real_msgs.msg import Scene
 
-from ... import qos
-from ...params import Param, bind
-from ...ros_main import ConfigurationError, run_node
+from ...ros import qos
+from ...ros.params import Param, bind
+from ...ros.ros_main import ConfigurationError, run_node
 from .goals import EvaluateGoal, EvaluateResult, TrainGoal, TrainResult
 from .job import CANCEL_GRACE, MAX_EVAL_TRIALS, SCENE_GRACE, GoalFailed, Job
 

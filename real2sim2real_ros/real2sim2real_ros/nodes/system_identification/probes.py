@@ -14,7 +14,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from real2sim2real_msgs.action import ExecuteTrajectory, Identify
 
-from ...ros_time import NodeDeadline, duration_msg
+from ...ros.ros_time import NodeDeadline, duration_msg
 from .failure import GoalFailed
 
 EXECUTION_FAILED = Identify.Result.EXECUTION_FAILED
