@@ -10,13 +10,8 @@ from pathlib import Path
 NODES = Path(__file__).resolve().parents[1] / 'real2sim2real_ros' / 'nodes'
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 50
-LONG_FILES = {'emulated_cell_node.py', 'sim_server_node.py'}
-LONG_FUNCTIONS = {
-    'camera_capture_node.py': {'__init__'},
-    'emulated_cell_node.py': {'_make_interfaces', '_physics_loop'},
-    'object_tracker_node.py': {'_declare', '_on_depth'},
-    'sim_server_node.py': {'__init__', '_rollout'},
-}
+LONG_FILES: set[str] = set()
+LONG_FUNCTIONS: dict[str, set[str]] = {}
 
 
 def _files():
