@@ -30,6 +30,7 @@ setup(
         ('share/' + package_name + '/config', glob('config/*.yaml')),
         ('share/' + package_name + '/config/cells', glob('config/cells/*.yaml')),
         ('share/' + package_name + '/config/controllers', glob('config/controllers/*.yaml')),
+        ('share/' + package_name + '/config/tasks', glob('config/tasks/*.yaml')),
         ('share/' + package_name + '/urdf', glob('urdf/*')),
     ],
     install_requires=['setuptools'],

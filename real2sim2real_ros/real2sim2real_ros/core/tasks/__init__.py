@@ -1,32 +1,42 @@
-"""Task plug-ins (ROS-free). ``get_task(name, robot, config)`` builds one by name.
+"""Task plug-ins (ROS-free). ``get_task(name_or_path, robot, config)`` builds one.
 
 A task says what is observed, what an action is and how it becomes joint motion, what is
 rewarded and counted as success, how episodes start, and where demonstrations come from
-(see base.Task). Register a new task by adding it to ``TASKS``.
+(see base.Task). What a task IS (its object, start and goal distributions, horizon, expert,
+reward, success predicates and config values) is declared in YAML: config/tasks/<name>.yaml
+for the shipped tasks (spec.py: the schema and its validation; docs/tasks.md). How it runs
+is a task kind's class (``spec.KINDS``). Add a task by adding a YAML file (a new kind: a
+class in KINDS too).
 """
 from __future__ import annotations
 
-import importlib
+from pathlib import Path
 
 from .base import EpisodeResult, ResetSample, Task, TaskError
+from .spec import KINDS, TaskSpec, load_task_spec, shipped_spec, shipped_task_names, task_class
 
-__all__ = ['EpisodeResult', 'ResetSample', 'TASKS', 'Task', 'TaskError', 'get_task',
-           'task_names']
+__all__ = ['EpisodeResult', 'KINDS', 'ResetSample', 'TASKS', 'Task', 'TaskError', 'TaskSpec',
+           'get_task', 'load_task_spec', 'task_names']
 
-# name -> (module, class); imported on demand so one broken task does not hide the others.
-TASKS = {
-    'slide_to_target': ('.slide_to_target', 'SlideToTarget'),
-    'push_to_pose': ('.push_to_pose', 'PushToPose'),
-}
+# kind -> (module, class, config class); the kinds a task YAML's ``task`` may name.
+TASKS = KINDS
 
 
 def task_names() -> list[str]:
-    return sorted(TASKS)
+    """The shipped tasks (config/tasks/*.yaml)."""
+    return shipped_task_names()
 
 
 def get_task(name: str, robot, config: dict | None = None) -> Task:
-    """The task ``name`` for ``robot`` (a RobotDescription), configured by ``config``."""
-    if name not in TASKS:
-        raise TaskError(f'unknown task {name!r}; known tasks: {task_names()}')
-    module, cls = TASKS[name]
-    return getattr(importlib.import_module(module, __name__), cls)(robot, config)
+    """The task ``name`` (a shipped task, or the path of a task YAML) for ``robot`` (a
+    RobotDescription), its spec's config under ``config`` (a dict of overrides)."""
+    if isinstance(name, TaskSpec):
+        spec = name
+    elif name in task_names():
+        spec = shipped_spec(name)
+    elif str(name).endswith(('.yaml', '.yml')) or Path(str(name)).is_file():
+        spec = load_task_spec(name)
+    else:
+        raise TaskError(f'unknown task {name!r}; known tasks: {task_names()} (or a task '
+                        f'YAML path)')
+    return task_class(spec.task)(robot, config, spec)

@@ -19,6 +19,8 @@ sin, cos of the box yaw] in the world frame, then box - goal and tip - box again
 own frame (redundant, but where the box's faces are is what a pushing policy decides on).
 Action (2): tip velocity x, y (m/s, world frame). Success: the box upright, within
 ``position_tolerance`` of the goal AND its yaw within ``yaw_tolerance`` of the goal yaw.
+Start and goal distributions, horizon (``max_steps``), success, reward and the expert's
+parameters are declared in config/tasks/push_to_pose.yaml (core/tasks/spec.py).
 
 The scripted expert (:meth:`PushToPose.expert_action`) is a function of the observation, so
 it labels any state (DAgger, core/policies/dagger.py).
@@ -36,9 +38,9 @@ from .base import (
     ResetSample,
     TaskError,
     check_action,
-    task_config,
 )
 from .kinematics import IKError, ToolDownIK
+from .spec import DeclaredTask
 from .worlds import ObservationLost, observed_start, scored_pose
 
 
@@ -84,17 +86,18 @@ class PushConfig:
             raise TaskError(f'push_to_pose: kick_steps must be 0 <= lo < hi, got {lo}, {hi}')
 
 
-class PushToPose:
+class PushToPose(DeclaredTask):
+    """Start, goal, horizon, success, reward and the expert's parameters: config/tasks/
+    push_to_pose.yaml (or the ``spec`` given: a TaskSpec or a YAML path; spec.py)."""
     name = 'push_to_pose'
     observation_dim = 12
     action_dim = 2
     one_shot = False
 
-    def __init__(self, robot, config: PushConfig | dict | None = None):
-        self.cfg = task_config(PushConfig, config, self.name)
+    def __init__(self, robot, config: PushConfig | dict | None = None, spec=None):
+        self.bind_spec(config, spec)
         self.robot = robot
         self.ik = ToolDownIK(robot)
-        self.object_id = self.cfg.object_id
         self.action_low = np.full(2, -self.cfg.max_speed)
         self.action_high = np.full(2, self.cfg.max_speed)
 
@@ -112,11 +115,8 @@ class PushToPose:
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
         c = self.cfg
-        xy = np.asarray(c.start_xy) + rng.uniform(-c.start_jitter, c.start_jitter, 2)
-        yaw = rng.uniform(-c.start_yaw_jitter, c.start_yaw_jitter)
-        goal = xy + np.array([rng.uniform(*c.goal_forward),
-                              rng.uniform(-c.goal_lateral, c.goal_lateral)])
-        goal_yaw = wrap_angle(yaw + rng.uniform(-c.goal_yaw_change, c.goal_yaw_change))
+        xy, yaw, goal, goal_yaw = self.sample_start_goal(rng)
+        # The kick and the tool's start (drawn after the declared start and goal).
         kick = rng.random() < c.kick_probability
         ang = rng.uniform(0, 2 * np.pi)
         tip = xy - [c.tip_start_behind, 0.0] + rng.uniform(-c.tip_start_jitter,
@@ -142,14 +142,6 @@ class PushToPose:
 
     def yaw_error(self, state: dict) -> float:
         return abs(wrap_angle(state['object_yaw'] - state['goal_yaw']))
-
-    def success(self, state: dict) -> bool:
-        upright = abs(state['object_z'] - self.object_z) < 0.01
-        return bool(upright and self.error(state) <= self.cfg.position_tolerance
-                    and self.yaw_error(state) <= self.cfg.yaw_tolerance)
-
-    def reward(self, state: dict, action=None) -> float:
-        return float(self.success(state)) - self.error(state) / 0.1 - 0.1 * self.yaw_error(state)
 
     # ---------------------------------------------------------------- running
     def _state(self, world, reset, tip_xy, scored: bool = False) -> dict:
@@ -193,7 +185,7 @@ class PushToPose:
         try:
             # What the policy observes (a cell's tracker); the loop stops when IT says done.
             state = self._state(world, reset, tip)
-            for k in range(c.max_steps):
+            for k in range(self.horizon):
                 if k == reset.extra.get('kick_step', -1):
                     world.kick_object(reset.extra['kick_velocity'])
                     info['kicked'] = True
@@ -231,8 +223,9 @@ class PushToPose:
 
     # ---------------------------------------------------------------- demonstrations
     def scripted_demo_policy(self, reset: ResetSample, rng: np.random.Generator):
-        """The expert (:meth:`expert_action`) with a per-episode speed gain (+-10%)."""
-        gain = float(np.exp(rng.normal(0.0, 0.1)))
+        """The expert (:meth:`expert_action`, the spec's ``face_pushing``) with a per-episode
+        log-normal speed gain of sigma ``gain_spread``."""
+        gain = float(np.exp(rng.normal(0.0, self.declared['expert_params']['gain_spread'])))
         return lambda obs: self.expert_action(obs, gain)
 
     def _leg(self, g, p) -> int:

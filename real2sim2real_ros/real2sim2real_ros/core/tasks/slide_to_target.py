@@ -13,6 +13,8 @@ policy tuned in a twin with the wrong friction misses.
 Action: [strike speed (m/s), direction offset (rad) from the box-to-target line].
 Observation: [distance box->target (m), heading of the target (rad), box yaw relative to
 that heading (rad)]. Success: the box ends within ``success_radius`` of the target, upright.
+Start and goal distributions, success, reward and the expert's parameters are declared in
+config/tasks/slide_to_target.yaml (core/tasks/spec.py).
 """
 from __future__ import annotations
 
@@ -27,9 +29,9 @@ from .base import (
     ResetSample,
     TaskError,
     check_action,
-    task_config,
 )
 from .kinematics import ToolDownIK
+from .spec import DeclaredTask
 from .worlds import applied_parameters, observed_start, scored_pose
 
 G = 9.81
@@ -81,17 +83,18 @@ class SlideConfig:
                             f"'box' or 'cylinder'")
 
 
-class SlideToTarget:
+class SlideToTarget(DeclaredTask):
+    """Start, goal, success, reward and the expert's parameters: config/tasks/
+    slide_to_target.yaml (or the ``spec`` given: a TaskSpec or a YAML path; spec.py)."""
     name = 'slide_to_target'
     observation_dim = 3
     action_dim = 2
     one_shot = True
 
-    def __init__(self, robot, config: SlideConfig | dict | None = None):
-        self.cfg = task_config(SlideConfig, config, self.name)
+    def __init__(self, robot, config: SlideConfig | dict | None = None, spec=None):
+        self.bind_spec(config, spec)
         self.robot = robot
         self.ik = ToolDownIK(robot)
-        self.object_id = self.cfg.object_id
         c = self.cfg
         self.action_low = np.array([c.speed_range[0], -c.direction_offset_max])
         self.action_high = np.array([c.speed_range[1], c.direction_offset_max])
@@ -101,12 +104,7 @@ class SlideToTarget:
 
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
-        c = self.cfg
-        xy = np.asarray(c.start_xy) + rng.uniform(-c.start_jitter, c.start_jitter, 2)
-        heading = rng.uniform(*c.heading_range)
-        dist = rng.uniform(*c.distance_range)
-        goal = xy + dist * np.array([np.cos(heading), np.sin(heading)])
-        yaw = wrap_angle(heading + rng.uniform(-c.yaw_jitter, c.yaw_jitter))
+        xy, yaw, goal, _ = self.sample_start_goal(rng)
         return ResetSample(xy, yaw, goal)
 
     def observation(self, state: dict) -> np.ndarray:
@@ -130,14 +128,6 @@ class SlideToTarget:
         """On the table, right way up (a box that tipped onto a side is a failure)."""
         return bool(abs(state['object_z'] - self.object_z) < 0.01
                     and state.get('object_up_z', 1.0) > 0.95)
-
-    def success(self, state: dict) -> bool:
-        upright = self.upright(state)
-        return bool(upright and self.error(state) <= self.cfg.success_radius)
-
-    def reward(self, state: dict, action=None) -> float:
-        """1 on success, minus the miss distance in units of 0.1 m (dense for search)."""
-        return float(self.success(state)) - self.error(state) / 0.1
 
     # ---------------------------------------------------------------- the strike
     def plan(self, reset: ResetSample, action) -> dict:
@@ -287,11 +277,13 @@ class SlideToTarget:
     # ---------------------------------------------------------------- demonstrations
     def scripted_demo_policy(self, reset: ResetSample, rng: np.random.Generator):
         """A demonstrator with a rough physics model: v = sqrt(2 mu g d) for an assumed
-        friction, with a multiplicative spread (a human's strikes are not exact)."""
+        friction, with a multiplicative spread (a human's strikes are not exact): the
+        spec's expert ``friction_model_strike`` with its ``friction`` and ``spread``."""
         c = self.cfg
-        scale = float(np.exp(rng.normal(0.0, self.cfg.demo_spread)))
+        p = self.declared['expert_params']
+        scale = float(np.exp(rng.normal(0.0, p['spread'])))
 
         def policy(obs):
             slide = max(obs[0] - c.push_length, 0.01)
-            return np.array([np.sqrt(2 * c.demo_friction * G * slide) * scale, 0.0])
+            return np.array([np.sqrt(2 * p['friction'] * G * slide) * scale, 0.0])
         return policy
