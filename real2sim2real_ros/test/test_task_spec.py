@@ -259,3 +259,12 @@ def test_a_spec_can_declare_the_other_predicates(robot):
     assert task.success(s)
     assert not task.success({**s, 'held_steps': 2})
     assert not task.success({**s, 'robot_contacts': 1})
+
+
+def test_training_picks_the_object_the_yaml_declares():
+    from real2sim2real_ros.core.training_setup import SceneInfo, SceneObject, declared_object
+    objs = [SceneObject('cyl', 'cylinder', (0.06, 0.06, 0.08)),
+            SceneObject('b_far', 'box', (0.08, 0.06, 0.05)),
+            SceneObject('b_near', 'box', (0.08, 0.06, 0.05))]
+    assert declared_object('push_to_pose', SceneInfo('s.xml', 0.0, objs)) == 'b_far'
+    assert declared_object('push_to_pose', SceneInfo('s.xml', 0.0, objs[:1])) == ''

@@ -8,7 +8,9 @@ free bodies) or, when none exists, the task's own scene built from its config
 reconstructed scene the object geoms get the task scenes' contact priority (so the object's
 friction, not the larger of the two surfaces', rules its contacts, as in the emulated cell)
 and the friction prior ``object_friction_prior``; the identified parameters then override it.
-The task's ``object_id``, ``object_size`` and ``table_height`` come from the scene's object.
+The task's ``object_id``, ``object_size`` and ``table_height`` come from the scene's object:
+the one asked for by id, else the one the task's YAML declares (``object``: the first box for
+the shipped tasks).
 
 Budget: ``total_steps`` counts environment steps of training in the twin, i.e. twin episodes
 for one-shot tasks (slide_to_target: one action per episode) and control ticks for closed-loop
@@ -24,6 +26,7 @@ import mujoco
 
 from .parameters import ParameterError, ParameterSet
 from .tasks import TaskError, get_task, task_names
+from .tasks.spec import shipped_spec
 from .tasks.worlds import (
     OBJECT_GEOM_PRIORITY,
     OBJECT_PREFIX,
@@ -131,6 +134,16 @@ def select_object(scene: SceneInfo, object_id: str = '',
     return boxes[0]
 
 
+def declared_object(task_name: str, scene: SceneInfo) -> str:
+    """The id of the object the task's YAML declares (``object``: the index-th reconstructed
+    object of a shape), or '' when the scene has no such object (select_object then says what
+    the scene lacks)."""
+    try:
+        return shipped_spec(task_name).match_object([(o.id, o.shape) for o in scene.objects])
+    except TaskError:
+        return ''
+
+
 def _reconstructed_scene_spec(mjcf_path: str, friction_prior: float) -> mujoco.MjSpec:
     try:
         spec = mujoco.MjSpec.from_file(str(mjcf_path))
@@ -191,7 +204,8 @@ def build_task_and_twin(robot, task_name: str, *, scene: SceneInfo | None = None
     overrides = dict(task_config or {})
     overrides.pop('task', None)
     if scene is not None and not task_config:
-        obj = select_object(scene, object_id, ('box', extra.get('object_shape', 'box')))
+        obj = select_object(scene, object_id or declared_object(task_name, scene),
+                            ('box', extra.get('object_shape', 'box')))
         overrides.update(object_id=obj.id, object_size=tuple(obj.size),
                          table_height=float(scene.table_height))
     elif object_id and not task_config:
