@@ -21,6 +21,7 @@ TASKS = {
 
 
 def task_names() -> list[str]:
+    """The registered task names, sorted."""
     return sorted(TASKS)
 
 

@@ -44,6 +44,7 @@ from .worlds import ObservationLost, observed_start, scored_pose
 
 @dataclass
 class PushConfig:
+    """push_to_pose settings: object, start and goal distributions, tolerances, control rate."""
     object_id: str = 'box_0'
     object_size: tuple[float, float, float] = (0.08, 0.06, 0.05)
     table_height: float = 0.0
@@ -85,6 +86,7 @@ class PushConfig:
 
 
 class PushToPose:
+    """Push the object to a goal position and yaw in closed loop (tool tip velocity actions)."""
     name = 'push_to_pose'
     observation_dim = 12
     action_dim = 2
@@ -99,18 +101,22 @@ class PushToPose:
         self.action_high = np.full(2, self.cfg.max_speed)
 
     def config(self) -> dict:
+        """The task's settings as a JSON-ready dict (with its name)."""
         return {'task': self.name, **asdict(self.cfg)}
 
     @property
     def dt(self) -> float:
+        """Control period in s."""
         return 1.0 / self.cfg.control_rate
 
     @property
     def object_z(self) -> float:
+        """Height (m) of the object's centre resting on the table."""
         return self.cfg.table_height + self.cfg.object_size[2] / 2
 
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
+        """A random start pose, goal pose and tip start drawn from ``rng``."""
         c = self.cfg
         xy = np.asarray(c.start_xy) + rng.uniform(-c.start_jitter, c.start_jitter, 2)
         yaw = rng.uniform(-c.start_yaw_jitter, c.start_yaw_jitter)
@@ -127,6 +133,8 @@ class PushToPose:
         return ResetSample(xy, yaw, goal, goal_yaw, extra)
 
     def observation(self, state: dict) -> np.ndarray:
+        """The 12-vector observation: object-goal offset, sin/cos yaw error, tip offset,
+        sin/cos yaw, and both offsets in the object's frame (m, unitless)."""
         d = np.asarray(state['object_xy']) - state['goal_xy']
         yaw = state['object_yaw']
         dyaw = yaw - state['goal_yaw']
@@ -138,17 +146,21 @@ class PushToPose:
 
     # ---------------------------------------------------------------- outcome
     def error(self, state: dict) -> float:
+        """Distance (m) of the object to the goal position."""
         return float(np.linalg.norm(np.asarray(state['object_xy']) - state['goal_xy']))
 
     def yaw_error(self, state: dict) -> float:
+        """Absolute yaw error (rad) of the object to the goal yaw."""
         return abs(wrap_angle(state['object_yaw'] - state['goal_yaw']))
 
     def success(self, state: dict) -> bool:
+        """True when the object is upright and within the position and yaw tolerances."""
         upright = abs(state['object_z'] - self.object_z) < 0.01
         return bool(upright and self.error(state) <= self.cfg.position_tolerance
                     and self.yaw_error(state) <= self.cfg.yaw_tolerance)
 
     def reward(self, state: dict, action=None) -> float:
+        """Success bonus minus the position error (per 0.1 m) and 0.1 x the yaw error (rad)."""
         return float(self.success(state)) - self.error(state) / 0.1 - 0.1 * self.yaw_error(state)
 
     # ---------------------------------------------------------------- running
@@ -159,6 +171,7 @@ class PushToPose:
                 'goal_yaw': reset.goal_yaw, 'tip_xy': np.asarray(tip_xy)}
 
     def start_tip(self, reset: ResetSample) -> np.ndarray:
+        """The tool tip's start x, y (m) for ``reset``."""
         return np.asarray(reset.extra.get(
             'tip_start_xy', reset.object_xy - [self.cfg.tip_start_behind, 0.0]), float)
 

@@ -37,6 +37,7 @@ G = 9.81
 
 @dataclass
 class SlideConfig:
+    """slide_to_target settings: the object, start and goal distributions, success radius."""
     object_id: str = 'box_0'
     object_size: tuple[float, float, float] = (0.08, 0.06, 0.05)   # a cylinder: (d, d, h)
     object_shape: str = 'box'            # or an upright 'cylinder' (struck on its side)
@@ -82,6 +83,7 @@ class SlideConfig:
 
 
 class SlideToTarget:
+    """Strike the object once so it slides to a goal point (one-shot: heading and speed)."""
     name = 'slide_to_target'
     observation_dim = 3
     action_dim = 2
@@ -97,10 +99,12 @@ class SlideToTarget:
         self.action_high = np.array([c.speed_range[1], c.direction_offset_max])
 
     def config(self) -> dict:
+        """The task's settings as a JSON-ready dict (with its name)."""
         return {'task': self.name, **asdict(self.cfg)}
 
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
+        """A random start pose and a goal at a random heading and distance, drawn from ``rng``."""
         c = self.cfg
         xy = np.asarray(c.start_xy) + rng.uniform(-c.start_jitter, c.start_jitter, 2)
         heading = rng.uniform(*c.heading_range)
@@ -110,20 +114,24 @@ class SlideToTarget:
         return ResetSample(xy, yaw, goal)
 
     def observation(self, state: dict) -> np.ndarray:
+        """(distance to goal m, heading to goal rad, object yaw relative to that heading rad)."""
         d = np.asarray(state['goal_xy']) - np.asarray(state['object_xy'])
         heading = float(np.arctan2(d[1], d[0]))
         return np.array([np.linalg.norm(d), heading, wrap_angle(state['object_yaw'] - heading)])
 
     def initial_state(self, reset: ResetSample) -> dict:
+        """The task state at the episode's start ``reset``."""
         return {'object_xy': reset.object_xy, 'object_yaw': reset.object_yaw,
                 'goal_xy': reset.goal_xy, 'object_z': self.object_z}
 
     @property
     def object_z(self) -> float:
+        """Height (m) of the object's centre resting on the table."""
         return self.cfg.table_height + self.cfg.object_size[2] / 2
 
     # ---------------------------------------------------------------- outcome
     def error(self, state: dict) -> float:
+        """Distance (m) of the object to the goal."""
         return float(np.linalg.norm(np.asarray(state['object_xy']) - state['goal_xy']))
 
     def upright(self, state: dict) -> bool:
@@ -132,6 +140,7 @@ class SlideToTarget:
                     and state.get('object_up_z', 1.0) > 0.95)
 
     def success(self, state: dict) -> bool:
+        """True when the object is upright and within the success radius of the goal."""
         upright = self.upright(state)
         return bool(upright and self.error(state) <= self.cfg.success_radius)
 
