@@ -178,6 +178,19 @@ def rgb_from_image(data: np.ndarray, encoding: str, height: int, width: int) -> 
     return (img[:, :, ::-1] if encoding == 'bgr8' else img).copy()
 
 
+def average_depth(depths: Sequence[np.ndarray]) -> np.ndarray:
+    """Per-pixel mean of the valid (finite, > 0) samples of equally sized depth images in
+    metres; NaN (a hole) where fewer than half of them are valid."""
+    stack = np.stack(depths).astype(np.float64)
+    valid = np.isfinite(stack) & (stack > 0)
+    count = valid.sum(axis=0)
+    total = np.where(valid, stack, 0.0).sum(axis=0)
+    out = np.full(stack.shape[1:], np.nan, np.float32)
+    ok = count * 2 >= len(depths)
+    out[ok] = (total[ok] / count[ok]).astype(np.float32)
+    return out
+
+
 def intrinsics_from_camera_info(k, width: int, height: int, factory=None):
     """CameraInfo K (row-major 3x3) -> reconstruction.views.CameraIntrinsics (or ``factory``'s
     type, e.g. camera_model.Intrinsics, which has the same fields and skips importing the

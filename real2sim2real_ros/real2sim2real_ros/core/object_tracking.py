@@ -261,6 +261,52 @@ def depth_in_metres(depth: np.ndarray) -> np.ndarray:
     return out
 
 
+_DEPTH_KINDS = {'32FC1': 'f4', '16UC1': 'u2', 'mono16': 'u2'}
+
+
+def depth_from_buffer(data, encoding: str, height: int, width: int, step: int,
+                      bigendian: bool = False) -> np.ndarray:
+    """A depth image's bytes (sensor_msgs/Image layout) -> (H, W) float32 metres or uint16
+    millimetres in native byte order (a copy); ValueError for an unsupported encoding
+    (32FC1, 16UC1, mono16) or a geometry the bytes do not hold."""
+    kind = _DEPTH_KINDS.get(encoding)
+    if kind is None:
+        raise ValueError(f'unsupported depth encoding {encoding!r} (32FC1 or 16UC1)')
+    dtype = np.dtype(('>' if bigendian else '<') + kind)
+    if height == 0 or width == 0 or step < width * dtype.itemsize:
+        raise ValueError(f'bad image geometry {width}x{height} step {step}')
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if buf.size < step * height:
+        raise ValueError(f'image has {buf.size} bytes, header says {step * height}')
+    rows = buf[:step * height].reshape(height, step)
+    arr = rows[:, :width * dtype.itemsize].copy().view(dtype)
+    return arr.astype(dtype.newbyteorder('='), copy=False)
+
+
+def objects_from_parameters(ids, shapes, extents, poses) -> list[TrackedObjectModel]:
+    """Parallel arrays (ids; shapes, empty = all boxes; 3 extents per id; none or 3 x, y, yaw
+    per id) -> tracked object models; ValueError names the array that does not fit."""
+    ids = list(ids)
+    shapes = list(shapes) or ['box'] * len(ids)
+    extents = [float(v) for v in extents]
+    poses = [float(v) for v in poses]
+    if len(shapes) != len(ids):
+        raise ValueError(f'object_shapes has {len(shapes)} entries for {len(ids)} object_ids')
+    if len(extents) != 3 * len(ids):
+        raise ValueError(f'object_extents has {len(extents)} values; give 3 (x, y, z in m) '
+                         f'per object_ids entry ({3 * len(ids)})')
+    if poses and len(poses) != 3 * len(ids):
+        raise ValueError(f'object_poses has {len(poses)} values; give none or 3 (x, y, yaw) '
+                         f'per object_ids entry ({3 * len(ids)})')
+    models = []
+    for k, oid in enumerate(ids):
+        pose = poses[3 * k:3 * k + 3] if poses else None
+        models.append(TrackedObjectModel(
+            oid, tuple(extents[3 * k:3 * k + 3]), shapes[k],
+            tuple(pose[:2]) if pose else None, pose[2] if pose else None))
+    return models
+
+
 def _jump_mask(depth: np.ndarray, threshold: float) -> np.ndarray:
     """Pixels with a 4-neighbour more than ``threshold`` nearer or farther (both sides)."""
     d = np.nan_to_num(depth, nan=0.0)

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 __all__ = [
+    'EstimateBook',
     'InvalidBoundsError',
     'ParameterError',
     'ParameterEstimate',
@@ -178,6 +179,39 @@ class ParameterEstimate:
     def contains(self, value: float) -> bool:
         """True when ``value`` lies in the 95% interval."""
         return self.lower_95 <= value <= self.upper_95
+
+
+class EstimateBook:
+    """What was said about a twin's values beyond the values (sim_server's
+    ``~/set_physical_parameters``): per name the 95% interval, prior, identified flag and
+    unit; ``priors`` are the twin's own values (the prior of a name never set, or set
+    without ``identified``).
+
+    :meth:`record` keeps an interval only when it holds the value and has a width (else
+    [value, value]); :meth:`describe` answers for any name at its current value.
+    """
+
+    def __init__(self):
+        self.priors: dict[str, float] = {}
+        self._by_name: dict[str, ParameterEstimate] = {}
+
+    def record(self, name: str, value: float, lower_95: float, upper_95: float, prior: float,
+               identified: bool, unit: str = ''):
+        bounded = lower_95 <= value <= upper_95 and lower_95 < upper_95
+        self._by_name[name] = ParameterEstimate(
+            name, value, lower_95 if bounded else value, upper_95 if bounded else value,
+            prior if identified else self.priors.get(name, value), unit or default_unit(name),
+            bool(identified))
+
+    def describe(self, name: str, value: float) -> ParameterEstimate:
+        est = self._by_name.get(name)
+        if est is None:
+            return ParameterEstimate(name, float(value), float(value), float(value),
+                                     float(self.priors.get(name, value)), default_unit(name),
+                                     False)
+        return ParameterEstimate(name, float(value), float(est.lower_95),
+                                 float(est.upper_95), float(est.prior), est.unit,
+                                 bool(est.identified))
 
 
 @dataclass

@@ -22,8 +22,9 @@ INVALID_GOAL), assigned round-robin to the cameras; each view
 averages ``frames_per_view`` depth frames received after the goal started, spaced at least
 ``view_interval`` s from the camera's previous view (a handheld sweep or a wrist camera
 moved by the executor). Feedback views_done/views_total; cancel -> CANCELED.
-Images use qos.IMAGES (reliable keep-last-10, measured: best effort loses most 640x480
-frames here) or the REP 2003 SensorDataQoS (``image_qos: sensor_data``).
+Images use qos.IMAGES (reliable keep-last-10; ros/qos.py says why) or the
+REP 2003 SensorDataQoS (``image_qos: sensor_data``).
+Exit code 2 with one line on stderr for unusable parameters or files (ConfigurationError).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
@@ -46,13 +48,51 @@ from ..core import capture_set as cs
 from ..core.camera_extrinsics import ExtrinsicsError, fk_pose_matrix, load_extrinsics
 from ..core.camera_model import Intrinsics
 from ..ros import qos
-from ..ros.params import declare
+from ..ros.params import Param, Params, bind
 from ..ros.ros_main import ConfigurationError, run_node
 from ..ros.subscriptions import subscribed
 
 Code = cs.CaptureErrorCode
 MAX_VIEWS = 10_000     # views per capture goal (and the num_views parameter)
 SOURCES = ('topics', 'emulated', 'realsense')
+
+
+PARAMETERS = (
+    Param('source', 'emulated', 'topics | emulated | realsense', choices=SOURCES,
+          read_only=True),
+    Param('cameras', ['camera'], 'camera namespaces (string array)', read_only=True),
+    Param('num_views', 0, 'views per capture; 0 = one per camera', lo=0, hi=MAX_VIEWS),
+    Param('frames_per_view', 1, 'depth frames averaged per view', lo=1, hi=100,
+          read_only=True),
+    Param('view_interval', 0.0, 'min s between two views of one camera', lo=0.0, hi=60.0),
+    Param('extrinsics_file', '', 'calibration YAML; empty = <cam>/extrinsics topic',
+          read_only=True),
+    Param('run_dir', '/tmp/r2s2r_runs', 'run directory for capture sets'),
+    Param('timeout', 10.0, "s to wait for each view's frames", lo=0.1, hi=600.0),
+    Param('sync_tolerance', 0.005, 'max s between colour and depth stamps of one frame',
+          lo=0.0, hi=1.0, read_only=True),
+    Param('color_topic', 'color/image_raw', 'relative to <cam>', read_only=True),
+    Param('depth_topic', 'depth/image_rect_raw',
+          'relative to <cam>; must be registered to colour', read_only=True),
+    Param('info_topic', 'color/camera_info', 'relative to <cam>', read_only=True),
+    Param('image_qos', 'images', 'QoS of images (sub and realsense pub)',
+          choices=('images', 'sensor_data'), read_only=True),
+    Param('world_frame', 'world', 'frame of the camera poses', read_only=True),
+    Param('realsense_serial', '', 'device serial; empty = first', read_only=True),
+    Param('realsense_width', 640, 'px', lo=160, hi=1920, read_only=True),
+    Param('realsense_height', 480, 'px', lo=120, hi=1080, read_only=True),
+    Param('realsense_fps', 30, 'Hz', lo=1, hi=90, read_only=True),
+)
+
+
+def _bind_parameters(node) -> Params:
+    """Declare PARAMETERS on ``node``; an unusable value is a ConfigurationError (exit 2)."""
+    try:
+        return bind(node, PARAMETERS)
+    except (ParameterException, ValueError, TypeError) as exc:
+        err = ConfigurationError(f'camera_capture parameters: {exc}')
+        err.node_name = 'camera_capture'
+        raise err from None
 
 
 @dataclass
@@ -139,53 +179,20 @@ class CameraCaptureNode(Node):
 
     def __init__(self):
         super().__init__('camera_capture')
-        p = self._declare()
-        self.p = p
         # The tunables (num_views, view_interval, run_dir, timeout) may change at run time
         # (ros2 param set; rclpy checks ranges and refuses the read-only ones): the next goal
         # uses the new values.
-        self.add_post_set_parameters_callback(
-            lambda params: self.p.update({q.name: q.value for q in params if q.name in self.p}))
-        if p['source'] not in SOURCES:
-            raise ConfigurationError(f'source {p["source"]!r} is not one of {SOURCES}')
-        if not p['cameras']:
-            raise ConfigurationError('cameras is empty; give at least one camera namespace')
-        tol = int(p['sync_tolerance'] * 1e9)
-        try:
-            self.streams = [_CameraStream(ns, tol, p['frames_per_view'] + 3)
-                            for ns in p['cameras']]
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
-        labels = [s.label for s in self.streams]
-        if len(set(labels)) != len(labels):
-            raise ConfigurationError(f'cameras {p["cameras"]} do not have distinct last names')
-        self.mounts = {}
-        if p['extrinsics_file']:
-            try:
-                self.mounts = load_extrinsics(p['extrinsics_file'])
-            except ExtrinsicsError as exc:
-                raise ConfigurationError(str(exc)) from None
-            if missing := [s.label for s in self.streams if s.label not in self.mounts]:
-                raise ConfigurationError(f'{p["extrinsics_file"]} has no pose for {missing}')
+        self.p = _bind_parameters(self)
+        self.streams = self._make_streams()
+        self.mounts = self._load_mounts()
         self._robot = None
         self._joint_states: deque = deque(maxlen=500)
         self._robot_error = ''
         self._busy = threading.Lock()
         self.source_error = ''
-        image_qos = qos.by_name(p['image_qos'])
+        image_qos = qos.by_name(self.p.image_qos)
         group = ReentrantCallbackGroup()
-        for s in self.streams:
-            base = s.namespace
-            if p['source'] != 'realsense':
-                self.create_subscription(Image, f'{base}/{p["color_topic"]}', s.on_color,
-                                         image_qos, callback_group=group)
-                self.create_subscription(Image, f'{base}/{p["depth_topic"]}', s.on_depth,
-                                         image_qos, callback_group=group)
-                self.create_subscription(CameraInfo, f'{base}/{p["info_topic"]}', s.on_info,
-                                         image_qos, callback_group=group)
-            if not self.mounts:
-                self.create_subscription(PoseStamped, f'{base}/extrinsics', s.on_pose,
-                                         qos.LATCHED, callback_group=group)
+        self._subscribe_cameras(image_qos, group)
         # Always: hand-eye mounts need them for poses, and every capture set records the arm
         # (scene reconstruction masks it out with its URDF at these joint positions).
         self._urdf = ''
@@ -193,55 +200,56 @@ class CameraCaptureNode(Node):
         self.create_subscription(String, 'robot_description', self._on_description,
                                  qos.LATCHED, callback_group=group)
         self.realsense = None
-        if p['source'] == 'realsense':
+        if self.p.source == 'realsense':
             self._start_realsense(image_qos)
         self._action = ActionServer(
             self, Capture, '~/capture', execute_callback=self._execute,
             goal_callback=self._on_goal, cancel_callback=lambda _g: CancelResponse.ACCEPT,
             callback_group=MutuallyExclusiveCallbackGroup())
         self.get_logger().info(
-            f'camera_capture ready: source={p["source"]} cameras={labels} '
-            f'poses={"file" if self.mounts else "<cam>/extrinsics"} run_dir={p["run_dir"]}')
+            f'camera_capture ready: source={self.p.source} '
+            f'cameras={[s.label for s in self.streams]} '
+            f'poses={"file" if self.mounts else "<cam>/extrinsics"} run_dir={self.p.run_dir}')
 
-    def _declare(self) -> dict:
-        def d(*a, **k):
-            return declare(self, *a, **k)
-        return {
-            'source': d('source', 'emulated', 'topics | emulated | realsense',
-                        choices=list(SOURCES), read_only=True),
-            'cameras': list(d('cameras', ['camera'], 'camera namespaces (string array)',
-                              read_only=True)),
-            'num_views': d('num_views', 0, 'views per capture; 0 = one per camera', lo=0,
-                           hi=MAX_VIEWS),
-            'frames_per_view': d('frames_per_view', 1, 'depth frames averaged per view', lo=1,
-                                 hi=100, read_only=True),
-            'view_interval': d('view_interval', 0.0, 'min s between two views of one camera',
-                               lo=0.0, hi=60.0),
-            'extrinsics_file': d('extrinsics_file', '', 'calibration YAML; empty = '
-                                 '<cam>/extrinsics topic', read_only=True),
-            'run_dir': d('run_dir', '/tmp/r2s2r_runs', 'run directory for capture sets'),
-            'timeout': d('timeout', 10.0, 's to wait for each view\'s frames', lo=0.1,
-                         hi=600.0),
-            'sync_tolerance': d('sync_tolerance', 0.005, 'max s between colour and depth '
-                                'stamps of one frame', lo=0.0, hi=1.0, read_only=True),
-            'color_topic': d('color_topic', 'color/image_raw', 'relative to <cam>',
-                             read_only=True),
-            'depth_topic': d('depth_topic', 'depth/image_rect_raw', 'relative to <cam>; '
-                             'must be registered to colour', read_only=True),
-            'info_topic': d('info_topic', 'color/camera_info', 'relative to <cam>',
-                            read_only=True),
-            'image_qos': d('image_qos', 'images', 'QoS of images (sub and realsense pub)',
-                           choices=['images', 'sensor_data'], read_only=True),
-            'world_frame': d('world_frame', 'world', 'frame of the camera poses',
-                             read_only=True),
-            'realsense_serial': d('realsense_serial', '', 'device serial; empty = first',
-                                  read_only=True),
-            'realsense_width': d('realsense_width', 640, 'px', lo=160, hi=1920,
-                                 read_only=True),
-            'realsense_height': d('realsense_height', 480, 'px', lo=120, hi=1080,
-                                  read_only=True),
-            'realsense_fps': d('realsense_fps', 30, 'Hz', lo=1, hi=90, read_only=True),
-        }
+    def _make_streams(self) -> list[_CameraStream]:
+        if not self.p.cameras:
+            raise ConfigurationError('cameras is empty; give at least one camera namespace')
+        tol = int(self.p.sync_tolerance * 1e9)
+        try:
+            streams = [_CameraStream(ns, tol, self.p.frames_per_view + 3)
+                       for ns in self.p.cameras]
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        labels = [s.label for s in streams]
+        if len(set(labels)) != len(labels):
+            raise ConfigurationError(
+                f'cameras {list(self.p.cameras)} do not have distinct last names')
+        return streams
+
+    def _load_mounts(self) -> dict:
+        if not self.p.extrinsics_file:
+            return {}
+        try:
+            mounts = load_extrinsics(self.p.extrinsics_file)
+        except ExtrinsicsError as exc:
+            raise ConfigurationError(str(exc)) from None
+        if missing := [s.label for s in self.streams if s.label not in mounts]:
+            raise ConfigurationError(f'{self.p.extrinsics_file} has no pose for {missing}')
+        return mounts
+
+    def _subscribe_cameras(self, image_qos, group):
+        for s in self.streams:
+            base = s.namespace
+            if self.p.source != 'realsense':
+                for topic, callback in ((self.p.color_topic, s.on_color),
+                                        (self.p.depth_topic, s.on_depth)):
+                    self.create_subscription(Image, f'{base}/{topic}', callback, image_qos,
+                                             callback_group=group)
+                self.create_subscription(CameraInfo, f'{base}/{self.p.info_topic}', s.on_info,
+                                         image_qos, callback_group=group)
+            if not self.mounts:
+                self.create_subscription(PoseStamped, f'{base}/extrinsics', s.on_pose,
+                                         qos.LATCHED, callback_group=group)
 
     # ------------------------------------------------------------------ robot (hand-eye)
     def _on_joint_state(self, msg: JointState):
@@ -297,9 +305,9 @@ class CameraCaptureNode(Node):
                                    'are ignored')
         try:
             self.realsense = RealsenseStream(
-                self, stream, image_qos, serial=self.p['realsense_serial'],
-                width=self.p['realsense_width'], height=self.p['realsense_height'],
-                fps=self.p['realsense_fps'])
+                self, stream, image_qos, serial=self.p.realsense_serial,
+                width=self.p.realsense_width, height=self.p.realsense_height,
+                fps=self.p.realsense_fps)
         except RealsenseUnavailable as exc:
             self.source_error = str(exc)
             self.get_logger().error(f'realsense source unavailable: {exc}')
@@ -335,8 +343,8 @@ class CameraCaptureNode(Node):
         if int(req.num_views) > MAX_VIEWS:
             return (Code.INVALID_GOAL, f'num_views {req.num_views} is more than the {MAX_VIEWS} '
                     f'allowed (a negative count sent as uint32 wraps to 4294967295)', None)
-        k = int(req.num_views) or self.p['num_views'] or len(self.streams)
-        run_dir = req.run_dir or self.p['run_dir']
+        k = int(req.num_views) or self.p.num_views or len(self.streams)
+        run_dir = req.run_dir or self.p.run_dir
         start = time.monotonic()
         used = {s.label: (start, None) for s in self.streams}   # (received after, stamp)
         views, records = [], []
@@ -355,10 +363,10 @@ class CameraCaptureNode(Node):
             goal_handle.publish_feedback(fb)
         try:
             folder = cs.new_capture_folder(run_dir)
-            meta = {'source': self.p['source'], 'cameras': [s.label for s in self.streams],
-                    'frames_per_view': self.p['frames_per_view'], 'num_views': k,
-                    'view_interval': self.p['view_interval'],
-                    'poses_from': self.p['extrinsics_file'] or '<cam>/extrinsics'}
+            meta = {'source': self.p.source, 'cameras': [s.label for s in self.streams],
+                    'frames_per_view': self.p.frames_per_view, 'num_views': k,
+                    'view_interval': self.p.view_interval,
+                    'poses_from': self.p.extrinsics_file or '<cam>/extrinsics'}
             snapshots = [self._joint_snapshot(r.stamp_ns) for r in records]
             meta['robot_recorded'] = {'joint_states': sum(s is not None for s in snapshots),
                                       'robot_description': bool(self._urdf)}
@@ -374,16 +382,16 @@ class CameraCaptureNode(Node):
         out = CaptureSet(bag_path=str(bag), manifest_path=str(manifest), num_views=k,
                          camera_frames=[r.frame_id for r in records])
         out.header.stamp = self.get_clock().now().to_msg()
-        out.header.frame_id = self.p['world_frame']
+        out.header.frame_id = self.p.world_frame
         self.get_logger().info(f'captured {k} views in {time.monotonic() - start:.2f} s: '
                                f'{manifest}')
         return Code.NONE, '', out
 
     def _wait_frames(self, goal_handle, stream: _CameraStream, after: float,
                      last_stamp: int | None) -> list[_Frame]:
-        n = self.p['frames_per_view']
-        gap = int(self.p['view_interval'] * 1e9)
-        deadline = time.monotonic() + self.p['timeout']
+        n = self.p.frames_per_view
+        gap = int(self.p.view_interval * 1e9)
+        deadline = time.monotonic() + self.p.timeout
         while True:
             with stream.cond:
                 fresh = [f for f in stream.frames if f.received > after
@@ -403,14 +411,14 @@ class CameraCaptureNode(Node):
         base, p = stream.namespace, self.p
         raise _CaptureFailed(Code.NO_FRAMES, (
             f'{stream.label}: {len(fresh)}/{n} synchronised colour+depth frames within '
-            f'{p["timeout"]:.1f} s on {base}/{p["color_topic"]} and {base}/{p["depth_topic"]} '
-            f'(stamps within {p["sync_tolerance"]} s)'))
+            f'{p.timeout:.1f} s on {base}/{p.color_topic} and {base}/{p.depth_topic} '
+            f'(stamps within {p.sync_tolerance} s)'))
 
     def _wait_info_and_pose(self, goal_handle, stream: _CameraStream):
         """Topics are not ordered across readers: a frame can complete before its CameraInfo
         or the latched extrinsics arrive. Wait for them (up to ``timeout``); _make_view then
         names what is still missing."""
-        deadline = time.monotonic() + self.p['timeout']
+        deadline = time.monotonic() + self.p.timeout
         with stream.cond:
             while (stream.info is None or (not self.mounts and not stream.poses)) \
                     and time.monotonic() < deadline and not goal_handle.is_cancel_requested:
@@ -424,7 +432,7 @@ class CameraCaptureNode(Node):
         if intr is None:
             raise _CaptureFailed(Code.MISSING_INTRINSICS, (
                 f'{stream.label}: no CameraInfo with a valid K on '
-                f'{stream.namespace}/{self.p["info_topic"]}'))
+                f'{stream.namespace}/{self.p.info_topic}'))
         try:
             depths = [cs.depth_to_metres(f.depth.data, f.depth.encoding, f.depth.height,
                                          f.depth.width) for f in frames]
@@ -432,7 +440,7 @@ class CameraCaptureNode(Node):
                                     last.color.width)
         except ValueError as exc:
             raise _CaptureFailed(Code.NO_FRAMES, f'{stream.label}: {exc}') from None
-        depth = depths[0] if len(depths) == 1 else average_depth(depths)
+        depth = depths[0] if len(depths) == 1 else cs.average_depth(depths)
         try:
             pose = self._pose(stream, last.stamp_ns)
         except ExtrinsicsError as exc:
@@ -447,18 +455,6 @@ class CameraCaptureNode(Node):
     def close(self):
         if self.realsense is not None:
             self.realsense.stop()
-
-
-def average_depth(depths: list[np.ndarray]) -> np.ndarray:
-    """Per-pixel mean of the valid samples; a hole where fewer than half are valid."""
-    stack = np.stack(depths).astype(np.float64)
-    valid = np.isfinite(stack) & (stack > 0)
-    count = valid.sum(axis=0)
-    total = np.where(valid, stack, 0.0).sum(axis=0)
-    out = np.full(stack.shape[1:], np.nan, np.float32)
-    ok = count * 2 >= len(depths)
-    out[ok] = (total[ok] / count[ok]).astype(np.float32)
-    return out
 
 
 class _CaptureFailed(Exception):

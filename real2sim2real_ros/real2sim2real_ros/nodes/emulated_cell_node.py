@@ -42,9 +42,9 @@ one would break that trajectory's time axis). Fast mode: ``t0`` = 0 and /clock i
 Threads: physics (and joint states) run on their own thread; in real-time mode cameras render
 on another, so a slow frame never delays ``joint_states``. The executor only serves the
 trajectory subscription and the service. In real time the physics thread runs at nice -10
-where the process may raise its priority (root / CAP_SYS_NICE), the camera thread at nice 10:
-measured with one busy process per core beside the bringup, the cell's clock fell up to 2 s
-behind wall time during a 5 s strike at the default priority.
+where the process may raise its priority (root / CAP_SYS_NICE), the camera thread at nice 10
+(see docs/cell_spec.md); core/pacing.py keeps the physics on the wall clock.
+Parameters that are not read-only (the rates) follow ``ros2 param set``.
 Exit code 2 with one line on stderr for an unusable cell spec or parameter.
 """
 from __future__ import annotations
@@ -55,9 +55,9 @@ import threading
 import time
 
 import numpy as np
-from builtin_interfaces.msg import Time as TimeMsg
-from geometry_msgs.msg import Pose, PoseStamped
+from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
@@ -72,17 +72,17 @@ from ..core.cell_spec import CellSpecError, default_cell_spec_path, load_cell_sp
 from ..core.depth_noise import encode_depth
 from ..core.emulated_world import WorldBuildError
 from ..core.geometry import matrix_to_quat_wxyz
-from ..core.joint_trajectory import JointTrajectoryCommand, TrajectoryError
+from ..core.joint_trajectory import TrajectoryError
+from ..core.pacing import RealTimePacer
 from ..core.world import make_world
 from ..ros import qos
-from ..ros.params import declare
+from ..ros.params import Param, bind
 from ..ros.ros_main import ConfigurationError, run_node
+from . import cell_messages
+from .cell_messages import JointTrajectoryControllerState, trajectory_command_from_msg
+from .cell_messages import seconds as _seconds
+from .cell_messages import stamp as _stamp
 
-try:  # Only on machines with ros2_control's messages.
-    from control_msgs.msg import JointTrajectoryControllerState
-    from trajectory_msgs.msg import JointTrajectoryPoint
-except ImportError:  # pragma: no cover - depends on the machine
-    JointTrajectoryControllerState = None
 try:  # The controller's action: the real control_msgs or the stand-in make setup builds.
     from control_msgs.action import FollowJointTrajectory
 
@@ -97,68 +97,67 @@ except ImportError:  # pragma: no cover
 
 NODE_NAME = 'emulated_cell'
 PHYSICS_NICE = -10     # real time: the physics thread's CPU priority (see _raise_physics_priority)
+PARAMETERS = (
+    Param('cell_spec', '', 'cell spec YAML (hidden truth); empty = the package default '
+          'config/cells/default.yaml', read_only=True),
+    Param('robot_description_file', '', "URDF overriding the spec's robot.urdf; empty = spec",
+          read_only=True),
+    Param('controller_name', 'joint_trajectory_controller', 'namespace of the JTC topics',
+          read_only=True),
+    Param('real_time', True, 'true: step in wall-clock time; false: fast mode, step as fast as '
+          'possible and publish /clock', read_only=True),
+    Param('joint_state_rate', 100.0, 'joint_states and controller_state rate, Hz', lo=1.0,
+          hi=1000.0),
+    Param('clock_rate', 500.0, '/clock rate in fast mode, Hz (sim time)', lo=10.0, hi=1000.0),
+    Param('camera_rate', 0.0, "camera frame rate, Hz; 0 = each camera's spec rate", lo=0.0,
+          hi=90.0),
+    Param('enable_cameras', True, 'render and publish the cameras', read_only=True),
+    Param('image_qos', 'images', 'QoS of images and camera_info',
+          choices=('images', 'sensor_data'), read_only=True),
+    Param('depth_format', '', 'depth encoding; empty = spec', choices=('', '32FC1', '16UC1'),
+          read_only=True),
+    Param('truth_rate', 10.0, 'Hz of ~/true_object_poses (the hidden truth for evaluators; '
+          'published only while subscribed); 0 = off', lo=0.0, hi=200.0),
+    Param('world_frame', 'world', 'frame of the extrinsics (robot base at its origin)',
+          read_only=True),
+)
 
 
-def _stamp(seconds: float) -> TimeMsg:
-    sec = math.floor(seconds)
-    return TimeMsg(sec=int(sec), nanosec=min(int(round((seconds - sec) * 1e9)), 999_999_999))
+def _config_error(text: str) -> ConfigurationError:
+    err = ConfigurationError(text)
+    err.node_name = NODE_NAME
+    return err
 
 
-def _seconds(t) -> float:
-    return t.sec + t.nanosec * 1e-9
+class _Due:
+    """World times at which the physics loop publishes next."""
+    __slots__ = ('joint', 'clock', 'truth', 'frame')
 
-
-def trajectory_command_from_msg(msg: JointTrajectory, start_time) -> JointTrajectoryCommand:
-    """trajectory_msgs/JointTrajectory -> JointTrajectoryCommand (TrajectoryError if mixed)."""
-    pts = msg.points
-    n_j = len(msg.joint_names)
-    times = np.array([_seconds(p.time_from_start) for p in pts], float)
-
-    def stacked(attr):
-        lengths = [len(getattr(p, attr)) for p in pts]
-        if not pts or all(n == 0 for n in lengths):
-            return None
-        for i, n in enumerate(lengths):
-            if n != n_j:
-                raise TrajectoryError(f'points[{i}].{attr} has {n} values for {n_j} joints '
-                                      f'(give it for every point or for none)')
-        return np.array([np.asarray(getattr(p, attr), float) for p in pts])
-
-    pos = stacked('positions')
-    if pts and pos is None:
-        raise TrajectoryError('points have no positions')
-    return JointTrajectoryCommand(list(msg.joint_names), times,
-                                  pos if pos is not None else np.zeros((0, n_j)),
-                                  stacked('velocities'), stacked('accelerations'), start_time)
+    def __init__(self, now: float, cameras):
+        self.joint = self.clock = self.truth = now
+        self.frame = {cam.name: now for cam, _, _ in cameras}
 
 
 class EmulatedCellNode(Node):
     def __init__(self):
         super().__init__(NODE_NAME)
-        p = self._declare_parameters()
         try:
-            self.spec = load_cell_spec(p['cell_spec'] or default_cell_spec_path())
-            self.world = make_world(self.spec, p['robot_description_file'] or None)
+            self.p = bind(self, PARAMETERS, on_change=self._apply_rates)
+        except (ParameterException, ValueError, TypeError) as exc:
+            raise _config_error(str(exc)) from None
+        try:
+            self.spec = load_cell_spec(self.p.cell_spec or default_cell_spec_path())
+            self.world = make_world(self.spec, self.p.robot_description_file or None)
         except (CellSpecError, WorldBuildError) as exc:
-            err = ConfigurationError(f'cell spec {p["cell_spec"] or "(default)"}: {exc}')
-            err.node_name = NODE_NAME
-            raise err from None
-        self.real_time = p['real_time']
-        self.world_frame = p['world_frame']
-        self.joint_period = 1.0 / p['joint_state_rate']
-        self.truth_period = 1.0 / p['truth_rate'] if p['truth_rate'] > 0 else math.inf
-        self.clock_period = 1.0 / p['clock_rate']
-        self.controller = p['controller_name']
-        self.cameras = []
-        if p['enable_cameras']:
-            for cam in self.spec.cameras:
-                rate = p['camera_rate'] or cam.rate
-                fmt = p['depth_format'] or cam.depth_format
-                self.cameras.append((cam, 1.0 / rate, fmt))
+            raise _config_error(f'cell spec {self.p.cell_spec or "(default)"}: {exc}') from None
+        self.real_time = self.p.real_time
+        self.world_frame = self.p.world_frame
+        self.controller = self.p.controller_name
+        self._apply_rates(self.p)
         # ROS time of world time 0: wall clock at start in real time, 0 (sim time) in fast mode.
         self.t0 = self.get_clock().now().nanoseconds * 1e-9 if self.real_time else 0.0
 
-        self._make_interfaces(p['image_qos'])
+        self._make_interfaces(self.p.image_qos)
         self.fjt = None if FollowJointTrajectory is None else FollowJointTrajectoryServer(
             self, self.world, self.controller, FollowJointTrajectory,
             trajectory_command_from_msg, lambda: self.t0)
@@ -180,42 +179,18 @@ class EmulatedCellNode(Node):
             f'{"real time" if self.real_time else "fast mode (publishing /clock)"}')
 
     # ------------------------------------------------------------------ setup
-    def _declare_parameters(self) -> dict:
-        def d(name, default, desc, **kw):
-            try:
-                return declare(self, name, default, desc, **kw)
-            except ValueError as exc:
-                err = ConfigurationError(str(exc))
-                err.node_name = NODE_NAME
-                raise err from None
-        return {
-            'cell_spec': d('cell_spec', '', 'cell spec YAML (hidden truth); empty = the '
-                           'package default config/cells/default.yaml', read_only=True),
-            'robot_description_file': d('robot_description_file', '',
-                                        'URDF overriding the spec\'s robot.urdf; empty = spec',
-                                        read_only=True),
-            'controller_name': d('controller_name', 'joint_trajectory_controller',
-                                 'namespace of the JTC topics', read_only=True),
-            'real_time': d('real_time', True, 'true: step in wall-clock time; false: fast '
-                           'mode, step as fast as possible and publish /clock', read_only=True),
-            'joint_state_rate': d('joint_state_rate', 100.0, 'joint_states and '
-                                  'controller_state rate, Hz', lo=1.0, hi=1000.0),
-            'clock_rate': d('clock_rate', 500.0, '/clock rate in fast mode, Hz (sim time)',
-                            lo=10.0, hi=1000.0),
-            'camera_rate': d('camera_rate', 0.0, 'camera frame rate, Hz; 0 = each '
-                             'camera\'s spec rate', lo=0.0, hi=90.0),
-            'enable_cameras': d('enable_cameras', True, 'render and publish the cameras',
-                                read_only=True),
-            'image_qos': d('image_qos', 'images', 'QoS of images and camera_info',
-                           choices=['images', 'sensor_data'], read_only=True),
-            'depth_format': d('depth_format', '', 'depth encoding; empty = spec',
-                              choices=['', '32FC1', '16UC1'], read_only=True),
-            'truth_rate': d('truth_rate', 10.0, 'Hz of ~/true_object_poses (the hidden truth '
-                            'for evaluators; published only while subscribed); 0 = off',
-                            lo=0.0, hi=200.0),
-            'world_frame': d('world_frame', 'world', 'frame of the extrinsics (robot base at '
-                             'its origin)', read_only=True),
-        }
+    def _apply_rates(self, p):
+        """Publishing periods from the rate parameters (at start and after each set)."""
+        self.joint_period = 1.0 / p.joint_state_rate
+        self.truth_period = 1.0 / p.truth_rate if p.truth_rate > 0 else math.inf
+        self.clock_period = 1.0 / p.clock_rate
+        cameras = []
+        if p.enable_cameras:
+            for cam in self.spec.cameras:
+                rate = p.camera_rate or cam.rate
+                fmt = p.depth_format or cam.depth_format
+                cameras.append((cam, 1.0 / rate, fmt))
+        self.cameras = cameras
 
     def _make_interfaces(self, image_qos: str):
         self.pub_joints = self.create_publisher(JointState, 'joint_states', qos.STATE)
@@ -239,30 +214,29 @@ class EmulatedCellNode(Node):
                                                qos.STATE)
         self.pub_clock = (None if self.real_time
                           else self.create_publisher(Clock, '/clock', qos.CLOCK))
-        iq = qos.by_name(image_qos)
+        self._make_camera_interfaces(qos.by_name(image_qos))
+
+    def _make_camera_interfaces(self, image_qos):
+        """Per camera its image publishers and its calibrated pose (latched, /tf_static)."""
         self.cam_pubs = {}
         rng = np.random.default_rng(np.random.SeedSequence([self.spec.seed, 3]))
         transforms = []
         for cam, _, _ in self.cameras:
             n = cam.name
             self.cam_pubs[n] = {
-                'color': self.create_publisher(Image, f'{n}/color/image_raw', iq),
-                'color_info': self.create_publisher(CameraInfo, f'{n}/color/camera_info', iq),
-                'depth': self.create_publisher(Image, f'{n}/depth/image_rect_raw', iq),
-                'depth_info': self.create_publisher(CameraInfo, f'{n}/depth/camera_info', iq),
+                'color': self.create_publisher(Image, f'{n}/color/image_raw', image_qos),
+                'color_info': self.create_publisher(CameraInfo, f'{n}/color/camera_info',
+                                                    image_qos),
+                'depth': self.create_publisher(Image, f'{n}/depth/image_rect_raw', image_qos),
+                'depth_info': self.create_publisher(CameraInfo, f'{n}/depth/camera_info',
+                                                    image_qos),
                 'extrinsics': self.create_publisher(PoseStamped, f'{n}/extrinsics',
                                                     qos.LATCHED),
             }
             rot, pos = camera_model.perturb_pose(
                 cam.rotation_matrix, cam.position, cam.calibration_error_translation,
                 cam.calibration_error_rotation, rng)
-            quat = matrix_to_quat_wxyz(rot)
-            pose = PoseStamped()
-            pose.header.frame_id = self.world_frame
-            pose.header.stamp = _stamp(self.t0)
-            pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = map(float, pos)
-            o = pose.pose.orientation
-            o.w, o.x, o.y, o.z = map(float, quat)
+            pose = self._pose_stamped(rot, pos)
             self.cam_pubs[n]['extrinsics'].publish(pose)
             if TFMessage is not None:
                 tf = TransformStamped()
@@ -275,6 +249,15 @@ class EmulatedCellNode(Node):
         if transforms:
             self.pub_tf = self.create_publisher(TFMessage, '/tf_static', qos.LATCHED)
             self.pub_tf.publish(TFMessage(transforms=transforms))
+
+    def _pose_stamped(self, rot, pos) -> PoseStamped:
+        pose = PoseStamped()
+        pose.header.frame_id = self.world_frame
+        pose.header.stamp = _stamp(self.t0)
+        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = map(float, pos)
+        o = pose.pose.orientation
+        o.w, o.x, o.y, o.z = map(float, matrix_to_quat_wxyz(rot))
+        return pose
 
     # ------------------------------------------------------------------ callbacks
     def _on_trajectory(self, msg: JointTrajectory):
@@ -343,55 +326,55 @@ class EmulatedCellNode(Node):
         w = self.world
         if self.real_time:
             self.get_logger().info(self._raise_physics_priority())
-        next_joint = w.time
-        next_clock = w.time
-        next_truth = w.time
-        next_frame = {cam.name: w.time for cam, _, _ in self.cameras}
+        due = _Due(w.time, self.cameras)
         chunk = max(w.timestep, 0.001)
-        wall0 = time.monotonic() - w.time
+        pacer = (RealTimePacer(w.time, chunk, on_slip=self._on_slip) if self.real_time
+                 else None)
         if self.real_time:   # the cell's clock: ROS time now = world time now
             self.t0 = self.get_clock().now().nanoseconds * 1e-9 - w.time
-        slips, slipped = 0, 0.0
         try:
             while not self._stop.is_set() and self.context.ok():
-                if self.real_time:
-                    lag = (time.monotonic() - wall0) - w.time
-                    if lag < chunk:
-                        time.sleep(min(chunk - lag, 0.002))
-                        continue
-                    if lag > 0.25:   # overloaded: let time slip rather than burst
-                        wall0 += lag - chunk
-                        slipped += lag - chunk
-                        slips += 1
-                        if slips in (1, 10, 100):
-                            self.get_logger().warn(f'physics behind real time ({slips} slips)')
-                    if slipped and w.trajectory_done():
-                        self.t0 += slipped    # back on ROS time, between trajectories
-                        slipped = 0.0
+                if pacer is not None and not self._keep_pace(pacer):
+                    continue
                 w.step_for(chunk)
-                now = w.time
-                if now + 1e-9 >= next_joint:
-                    self._publish_joint_state()
-                    next_joint += self.joint_period * max(1, math.floor(
-                        (now - next_joint) / self.joint_period) + 1)
-                if now + 1e-9 >= next_truth:
-                    next_truth = now + self.truth_period
-                    if self.pub_truth.get_subscription_count():
-                        self._publish_truth()
-                if self.pub_clock is not None and now + 1e-9 >= next_clock:
-                    self.pub_clock.publish(Clock(clock=_stamp(now)))
-                    next_clock = now + self.clock_period
-                if not self.real_time:   # fast mode: frames are part of the sim loop
-                    for cam, period, fmt in self.cameras:
-                        if now + 1e-9 >= next_frame[cam.name]:
-                            self._publish_frame(cam, fmt)
-                            next_frame[cam.name] = now + period
+                self._publish_due(w.time, due)
         except Exception as exc:  # noqa: BLE001 - report, do not die silently in a thread
             if not self._stop.is_set() and self.context.ok():   # not a shutdown race
                 self.get_logger().error(f'physics loop stopped: {exc!r}')
         finally:
             if not self.real_time:
                 self.world.close()   # this thread's GL contexts (fast mode renders here)
+
+    def _keep_pace(self, pacer: RealTimePacer) -> bool:
+        """Real time: whether a chunk is due; a slip moves t0 once no trajectory runs."""
+        if not pacer.due(self.world.time):
+            return False
+        if pacer.slipped and self.world.trajectory_done():
+            self.t0 += pacer.take_slipped()    # back on ROS time, between trajectories
+        return True
+
+    def _on_slip(self, slips: int):
+        if slips in (1, 10, 100):
+            self.get_logger().warn(f'physics behind real time ({slips} slips)')
+
+    def _publish_due(self, now: float, due: _Due):
+        """Publish what is due at world time ``now`` and move ``due`` on."""
+        if now + 1e-9 >= due.joint:
+            self._publish_joint_state()
+            due.joint += self.joint_period * max(1, math.floor(
+                (now - due.joint) / self.joint_period) + 1)
+        if now + 1e-9 >= due.truth:
+            due.truth = now + self.truth_period
+            if self.pub_truth.get_subscription_count():
+                self._publish_truth()
+        if self.pub_clock is not None and now + 1e-9 >= due.clock:
+            self.pub_clock.publish(Clock(clock=_stamp(now)))
+            due.clock = now + self.clock_period
+        if not self.real_time:   # fast mode: frames are part of the sim loop
+            for cam, period, fmt in self.cameras:
+                if now + 1e-9 >= due.frame[cam.name]:
+                    self._publish_frame(cam, fmt)
+                    due.frame[cam.name] = now + period
 
     def _camera_loop(self):
         # Lower this thread's CPU priority before the GL context exists: Mesa's llvmpipe
@@ -421,86 +404,42 @@ class EmulatedCellNode(Node):
         w = self.world
         with w.lock:
             q, v, e = w.joint_positions(), w.joint_velocities(), w.joint_efforts()
-            stamp = _stamp(self.t0 + w.time)
+            time_stamp = _stamp(self.t0 + w.time)
             state = w.controller_state()
-        msg = JointState()
-        msg.header.stamp = stamp
-        msg.name = list(w.joint_names)
-        msg.position, msg.velocity, msg.effort = q.tolist(), v.tolist(), e.tolist()
+        msg = JointState(name=list(w.joint_names), position=q.tolist(), velocity=v.tolist(),
+                         effort=e.tolist())
+        msg.header.stamp = time_stamp
         self.pub_joints.publish(msg)
         if getattr(self, 'fjt', None) is not None:
             self.fjt.update(state)
-        if JointTrajectoryControllerState is not None:
-            cs = JointTrajectoryControllerState()
-            cs.header.stamp = stamp
-            cs.joint_names = list(w.joint_names)
-            for field, pos, vel in (('reference', 'reference_positions', 'reference_velocities'),
-                                    ('feedback', 'feedback_positions', 'feedback_velocities'),
-                                    ('error', 'error_positions', 'error_velocities')):
-                if hasattr(cs, field):
-                    setattr(cs, field, JointTrajectoryPoint(
-                        positions=state[pos].tolist(), velocities=state[vel].tolist()))
-            if hasattr(cs, 'speed_scaling_factor'):   # control_msgs >= 5.3
-                cs.speed_scaling_factor = 1.0
-            self.pub_cstate.publish(cs)
-        else:
-            ref = JointState()
-            ref.header.stamp = stamp
-            ref.name = msg.name
-            ref.position = state['reference_positions'].tolist()
-            ref.velocity = state['reference_velocities'].tolist()
-            ref.effort = state['reference_accelerations'].tolist()
-            self.pub_cref.publish(ref)
-            err = JointState()
-            err.header.stamp = stamp
-            err.name = msg.name
-            err.position = state['error_positions'].tolist()
-            err.velocity = state['error_velocities'].tolist()
-            self.pub_cerr.publish(err)
+        controller_state = cell_messages.controller_state_msgs(time_stamp, w.joint_names, state)
+        publishers = ([self.pub_cstate] if JointTrajectoryControllerState is not None
+                      else [self.pub_cref, self.pub_cerr])
+        for pub, out in zip(publishers, controller_state, strict=True):
+            pub.publish(out)
 
     def _publish_truth(self):
         w = self.world
         with w.lock, w.truth.scoring():     # the evaluators' topic
             poses = w.object_poses()
-            stamp = _stamp(self.t0 + w.time)
-        msg = TrackedObjects()
-        msg.header.stamp, msg.header.frame_id = stamp, self.world_frame
-        for oid, (xyz, quat) in poses.items():
-            pose = Pose()
-            pose.position.x, pose.position.y, pose.position.z = map(float, xyz)
-            o = pose.orientation
-            o.w, o.x, o.y, o.z = map(float, quat)
-            msg.ids.append(oid)
-            msg.poses.append(pose)
-            msg.num_points.append(0)
-            msg.fit_residual.append(0.0)
-        self.pub_truth.publish(msg)
+            time_stamp = _stamp(self.t0 + w.time)
+        self.pub_truth.publish(cell_messages.tracked_objects_msg(poses, time_stamp,
+                                                                 self.world_frame))
 
     def _publish_frame(self, cam, depth_format: str):
         t, rgb, depth = self.world.render_with_time(cam.name)
-        stamp = _stamp(self.t0 + t)
+        time_stamp = _stamp(self.t0 + t)
         pubs = self.cam_pubs[cam.name]
         color_frame = camera_model.color_optical_frame(cam.name)
         depth_frame = camera_model.depth_optical_frame(cam.name)
-        img = Image()
-        img.header.stamp, img.header.frame_id = stamp, color_frame
-        img.height, img.width, img.encoding = cam.height, cam.width, 'rgb8'
-        img.step = cam.width * 3
-        img.data = np.ascontiguousarray(rgb).tobytes()
-        pubs['color'].publish(img)
-        dep = encode_depth(depth, depth_format)
-        dimg = Image()
-        dimg.header.stamp, dimg.header.frame_id = stamp, depth_frame
-        dimg.height, dimg.width, dimg.encoding = cam.height, cam.width, depth_format
-        dimg.is_bigendian = 0
-        dimg.step = cam.width * dep.dtype.itemsize
-        dimg.data = np.ascontiguousarray(dep).tobytes()
-        pubs['depth'].publish(dimg)
+        pubs['color'].publish(cell_messages.image_msg(rgb, 'rgb8', cam.width, cam.height,
+                                                      time_stamp, color_frame))
+        pubs['depth'].publish(cell_messages.image_msg(
+            encode_depth(depth, depth_format), depth_format, cam.width, cam.height, time_stamp,
+            depth_frame))
         intr = self.world.intrinsics(cam.name)
         for key, frame in (('color_info', color_frame), ('depth_info', depth_frame)):
-            info = CameraInfo(**intr.camera_info_fields())
-            info.header.stamp, info.header.frame_id = stamp, frame
-            pubs[key].publish(info)
+            pubs[key].publish(cell_messages.camera_info_msg(intr, time_stamp, frame))
 
     def close(self):
         """Stop the loops (called by ros_main before destroy_node)."""

@@ -40,7 +40,7 @@ from collections import deque
 import numpy as np
 from geometry_msgs.msg import Point, Pose, PoseStamped, Quaternion
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
+from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import CameraInfo, Image, JointState
@@ -50,32 +50,55 @@ from std_srvs.srv import Trigger
 from real2sim2real_msgs.msg import Scene, TrackedObjects
 
 from ..core import object_tracking as ot
-from ..core.geometry import quat_msg_yaw
+from ..core.geometry import quat_msg_yaw, quat_xyzw_to_matrix
 from ..ros import qos
-from ..ros.params import declare
+from ..ros.params import Param, Params, bind
 from ..ros.ros_main import ConfigurationError, run_node
 
 NODE_NAME = 'object_tracker'
 STRINGS, DOUBLES = Parameter.Type.STRING_ARRAY, Parameter.Type.DOUBLE_ARRAY
-_DTYPES = {'32FC1': 'f4', '16UC1': 'u2', 'mono16': 'u2'}
-
-
-def depth_from_image(msg: Image) -> np.ndarray:
-    """sensor_msgs/Image -> (H, W) float32 metres or uint16 millimetres (a view's copy)."""
-    kind = _DTYPES.get(msg.encoding)
-    if kind is None:
-        raise ValueError(f'unsupported depth encoding {msg.encoding!r} (32FC1 or 16UC1)')
-    dtype = np.dtype(('>' if msg.is_bigendian else '<') + kind)
-    if msg.height == 0 or msg.width == 0 or msg.step < msg.width * dtype.itemsize:
-        raise ValueError(f'bad image geometry {msg.width}x{msg.height} step {msg.step}')
-    buf = np.frombuffer(msg.data, dtype=np.uint8)
-    if buf.size < msg.step * msg.height:
-        raise ValueError(f'image has {buf.size} bytes, header says {msg.step * msg.height}')
-    rows = buf[:msg.step * msg.height].reshape(msg.height, msg.step)
-    arr = rows[:, :msg.width * dtype.itemsize].copy().view(dtype)
-    return arr.astype(dtype.newbyteorder('='), copy=False)
-
-
+PARAMETERS = (
+    Param('cameras', ['camera'], 'camera namespaces (string array)', read_only=True),
+    Param('depth_topic', 'depth/image_rect_raw', 'relative to <cam>: 32FC1 m or 16UC1 mm',
+          read_only=True),
+    Param('info_topic', 'depth/camera_info',
+          "relative to <cam>: the depth image's intrinsics", read_only=True),
+    Param('image_qos', 'latest_images',
+          'QoS of the depth and camera_info subscriptions (latest_images: reliable '
+          'keep-last-1, the newest frame; images: keep-last-10, lags when the node falls '
+          'behind)', choices=('latest_images', 'images', 'sensor_data'), read_only=True),
+    Param('lazy', True, 'track only while tracked_objects has subscribers (the depth stream '
+          'stays subscribed, so the first pose follows within a frame)', read_only=True),
+    Param('max_rate', 5.0, 'Hz: most depth frames processed per camera and second (the rest '
+          'are dropped)', lo=0.1, hi=100.0),
+    Param('world_frame', 'world', 'frame of the extrinsics, the scene and the published poses',
+          read_only=True),
+    Param('use_scene', True, 'objects from the latched scene topic (replace the parameter '
+          'objects)', read_only=True),
+    # Typed, unset defaults: rclpy would type an empty list default as bytes.
+    Param('object_ids', STRINGS, 'objects to track without a scene', read_only=True,
+          type_='string_array'),
+    Param('object_shapes', STRINGS, 'box or cylinder per object_ids entry; unset = all boxes',
+          read_only=True, type_='string_array'),
+    Param('object_extents', DOUBLES, 'm, x y z per object_ids entry (cylinder: diameter '
+          'diameter height)', read_only=True, type_='double_array'),
+    Param('object_poses', DOUBLES, 'optional x y yaw (m, rad) per object_ids entry: first '
+          'guess and yaw reference', read_only=True, type_='double_array'),
+    Param('table_height', 0.0, 'm, table top z in world_frame for the parameter objects',
+          lo=-10.0, hi=10.0, read_only=True),
+    Param('robot_mask', True, 'cut the arm out (robot_description + joint_states)',
+          read_only=True),
+    Param('robot_mask_margin', 0.015, "m added around the arm's geoms", lo=0.0, hi=0.1,
+          read_only=True),
+    Param('stride', 1, 'pixel subsampling of the depth image (2: 4x fewer points)', lo=1, hi=8,
+          read_only=True),
+    Param('noise_coefficient', 0.0042, '1/m: depth noise sigma = c z^2 (D435 at subpixel '
+          '0.08: 0.0042)', lo=0.0, hi=0.1, read_only=True),
+    Param('min_points', 40, 'depth points an object needs to be reported', lo=5, hi=100000,
+          read_only=True),
+    Param('max_jump', 0.25, 'm an object may move between two frames and keep its identity '
+          'from proximity', lo=0.0, hi=5.0, read_only=True),
+)
 def objects_from_scene(scene: Scene):
     """(tracked object models, skipped ids) of a Scene message."""
     models, skipped = [], []
@@ -89,27 +112,10 @@ def objects_from_scene(scene: Scene):
     return models, skipped
 
 
-def objects_from_parameters(ids, shapes, extents, poses):
-    """Parallel parameter arrays -> tracked object models (ValueError names the problem)."""
-    ids = list(ids)
-    shapes = list(shapes) or ['box'] * len(ids)
-    extents = [float(v) for v in extents]
-    poses = [float(v) for v in poses]
-    if len(shapes) != len(ids):
-        raise ValueError(f'object_shapes has {len(shapes)} entries for {len(ids)} object_ids')
-    if len(extents) != 3 * len(ids):
-        raise ValueError(f'object_extents has {len(extents)} values; give 3 (x, y, z in m) '
-                         f'per object_ids entry ({3 * len(ids)})')
-    if poses and len(poses) != 3 * len(ids):
-        raise ValueError(f'object_poses has {len(poses)} values; give none or 3 (x, y, yaw) '
-                         f'per object_ids entry ({3 * len(ids)})')
-    models = []
-    for k, oid in enumerate(ids):
-        pose = poses[3 * k:3 * k + 3] if poses else None
-        models.append(ot.TrackedObjectModel(
-            oid, tuple(extents[3 * k:3 * k + 3]), shapes[k],
-            tuple(pose[:2]) if pose else None, pose[2] if pose else None))
-    return models
+def depth_from_image(msg: Image) -> np.ndarray:
+    """sensor_msgs/Image -> (H, W) float32 metres or uint16 millimetres (a copy)."""
+    return ot.depth_from_buffer(msg.data, msg.encoding, msg.height, msg.width, msg.step,
+                                bool(msg.is_bigendian))
 
 
 def _ns(stamp) -> int:
@@ -132,31 +138,55 @@ class _Camera:
         self.subs = []
 
 
+def _config_error(text: str) -> ConfigurationError:
+    err = ConfigurationError(text)
+    err.node_name = NODE_NAME
+    return err
+
+
+def _bind_parameters(node) -> Params:
+    """Declare PARAMETERS on ``node``; an unusable value is a ConfigurationError (exit 2)."""
+    try:
+        return bind(node, PARAMETERS)
+    except (ParameterException, ValueError, TypeError) as exc:
+        raise _config_error(str(exc)) from None
+
+
 class ObjectTrackerNode(Node):
 
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
-        self.p = self._declare()
+        self.p = _bind_parameters(self)
         try:
-            param_objects = objects_from_parameters(
-                self.p['object_ids'], self.p['object_shapes'], self.p['object_extents'],
-                self.p['object_poses'])
+            param_objects = ot.objects_from_parameters(
+                self.p.object_ids or [], self.p.object_shapes or [],
+                self.p.object_extents or [], self.p.object_poses or [])
         except ValueError as exc:
-            err = ConfigurationError(str(exc))
-            err.node_name = NODE_NAME
-            raise err from None
-        if not self.p['cameras']:
-            raise ConfigurationError('cameras is empty; give at least one camera namespace')
+            raise _config_error(str(exc)) from None
+        if not self.p.cameras:
+            raise _config_error('cameras is empty; give at least one camera namespace')
         self._lock = threading.Lock()
         self._objects: list[ot.TrackedObjectModel] = []
         self._table_height = 0.0
         self._source = ''
-        self._cams = [_Camera(ns) for ns in self.p['cameras']]
+        self._cams = [_Camera(ns) for ns in self.p.cameras]
         self._warned: dict[str, float] = {}
         self._group = ReentrantCallbackGroup()
-        self._image_qos = qos.by_name(self.p['image_qos'])
+        self._image_qos = qos.by_name(self.p.image_qos)
         self.pub = self.create_publisher(TrackedObjects, 'tracked_objects', qos.STATE)
         self.create_service(Trigger, '~/reset', self._on_reset, callback_group=self._group)
+        self._subscribe_inputs()
+        if param_objects:
+            self._set_objects(param_objects, self.p.table_height, 'parameters')
+        self.create_timer(5.0, self._check_objects, callback_group=self._group)
+        self.get_logger().info(
+            f'object_tracker ready: cameras {[c.namespace for c in self._cams]}, objects from '
+            f'{self._source or ("the scene topic" if self.p.use_scene else "nowhere")}, at '
+            f'most {self.p.max_rate:g} Hz per camera, robot mask '
+            f'{"on" if self.p.robot_mask else "off"}')
+
+    def _subscribe_inputs(self):
+        """Extrinsics, the robot description and the scene (all latched) from the start."""
         for cam in self._cams:
             self.create_subscription(PoseStamped, f'{cam.namespace}/extrinsics',
                                      lambda m, c=cam: self._on_extrinsics(c, m), qos.LATCHED,
@@ -165,84 +195,18 @@ class ObjectTrackerNode(Node):
         self._masker: ot.RobotGeomMask | None = None
         self._joint_states: deque = deque(maxlen=300)
         self._state_listener = None
-        if self.p['robot_mask']:
+        if self.p.robot_mask:
             self.create_subscription(String, 'robot_description', self._on_description,
                                      qos.LATCHED, callback_group=self._group)
-        if self.p['use_scene']:
+        if self.p.use_scene:
             self.create_subscription(Scene, 'scene', self._on_scene, qos.LATCHED,
                                      callback_group=self._group)
-        if param_objects:
-            self._set_objects(param_objects, self.p['table_height'], 'parameters')
-        self.create_timer(5.0, self._check_objects, callback_group=self._group)
-        self.get_logger().info(
-            f'object_tracker ready: cameras {[c.namespace for c in self._cams]}, objects from '
-            f'{self._source or ("the scene topic" if self.p["use_scene"] else "nowhere")}, at '
-            f'most {self.p["max_rate"]:g} Hz per camera, robot mask '
-            f'{"on" if self.p["robot_mask"] else "off"}')
-
-    def _declare(self) -> dict:
-        def d(*a, **k):
-            try:
-                return declare(self, *a, **k)
-            except (InvalidParameterTypeException, InvalidParameterValueException,
-                    ValueError) as exc:
-                err = ConfigurationError(str(exc))
-                err.node_name = NODE_NAME
-                raise err from None
-
-        def array(name, kind, description):
-            # A typed, unset default: rclpy would type an empty list default as bytes.
-            return list(d(name, kind, description, type_=kind.name.lower(), read_only=True)
-                        or [])
-        return {
-            'cameras': list(d('cameras', ['camera'], 'camera namespaces (string array)',
-                              read_only=True)),
-            'depth_topic': d('depth_topic', 'depth/image_rect_raw', 'relative to <cam>: '
-                             '32FC1 m or 16UC1 mm', read_only=True),
-            'info_topic': d('info_topic', 'depth/camera_info', 'relative to <cam>: the depth '
-                            'image\'s intrinsics', read_only=True),
-            'image_qos': d('image_qos', 'latest_images', 'QoS of the depth and camera_info '
-                           'subscriptions (latest_images: reliable keep-last-1, the newest '
-                           'frame; images: keep-last-10, lags when the node falls behind)',
-                           choices=['latest_images', 'images', 'sensor_data'], read_only=True),
-            'lazy': d('lazy', True, 'track only while tracked_objects has subscribers (the '
-                      'depth stream stays subscribed, so the first pose follows within a '
-                      'frame)', read_only=True),
-            'max_rate': d('max_rate', 5.0, 'Hz: most depth frames processed per camera and '
-                          'second (the rest are dropped)', lo=0.1, hi=100.0),
-            'world_frame': d('world_frame', 'world', 'frame of the extrinsics, the scene and '
-                             'the published poses', read_only=True),
-            'use_scene': d('use_scene', True, 'objects from the latched scene topic (replace '
-                           'the parameter objects)', read_only=True),
-            'object_ids': array('object_ids', STRINGS, 'objects to track without a scene'),
-            'object_shapes': array('object_shapes', STRINGS, 'box or cylinder per object_ids '
-                                   'entry; unset = all boxes'),
-            'object_extents': array('object_extents', DOUBLES, 'm, x y z per object_ids entry '
-                                    '(cylinder: diameter diameter height)'),
-            'object_poses': array('object_poses', DOUBLES, 'optional x y yaw (m, rad) per '
-                                  'object_ids entry: first guess and yaw reference'),
-            'table_height': d('table_height', 0.0, 'm, table top z in world_frame for the '
-                              'parameter objects', lo=-10.0, hi=10.0, read_only=True),
-            'robot_mask': d('robot_mask', True, 'cut the arm out (robot_description + '
-                            'joint_states)', read_only=True),
-            'robot_mask_margin': d('robot_mask_margin', 0.015, 'm added around the arm\'s '
-                                   'geoms', lo=0.0, hi=0.1, read_only=True),
-            'stride': d('stride', 1, 'pixel subsampling of the depth image (2: 4x fewer '
-                        'points)', lo=1, hi=8, read_only=True),
-            'noise_coefficient': d('noise_coefficient', 0.0042, '1/m: depth noise sigma = c '
-                                   'z^2 (D435 at subpixel 0.08: 0.0042)', lo=0.0, hi=0.1,
-                                   read_only=True),
-            'min_points': d('min_points', 40, 'depth points an object needs to be reported',
-                            lo=5, hi=100000, read_only=True),
-            'max_jump': d('max_jump', 0.25, 'm an object may move between two frames and '
-                          'keep its identity from proximity', lo=0.0, hi=5.0, read_only=True),
-        }
 
     # ------------------------------------------------------------------ objects
     def _tracker_config(self) -> ot.TrackerConfig:
-        return ot.TrackerConfig(stride=self.p['stride'],
-                                noise_coefficient=self.p['noise_coefficient'],
-                                min_points=self.p['min_points'], max_jump=self.p['max_jump'])
+        return ot.TrackerConfig(stride=self.p.stride,
+                                noise_coefficient=self.p.noise_coefficient,
+                                min_points=self.p.min_points, max_jump=self.p.max_jump)
 
     def _set_objects(self, objects, table_height: float, source: str):
         with self._lock:
@@ -261,13 +225,13 @@ class ObjectTrackerNode(Node):
     def _check_objects(self):
         if not self._objects:
             self._warn('objects', 'nothing to track yet: waiting for a scene on '
-                       f'{self.resolve_topic_name("scene")}' if self.p['use_scene'] else
+                       f'{self.resolve_topic_name("scene")}' if self.p.use_scene else
                        'nothing to track: object_ids is empty and use_scene is false', 30.0)
 
     def _on_scene(self, scene: Scene):
-        if scene.header.frame_id and scene.header.frame_id != self.p['world_frame']:
+        if scene.header.frame_id and scene.header.frame_id != self.p.world_frame:
             self._warn('frame', f'scene is in {scene.header.frame_id!r}, not world_frame '
-                       f'{self.p["world_frame"]!r}: ignored')
+                       f'{self.p.world_frame!r}: ignored')
             return
         try:
             models, skipped = objects_from_scene(scene)
@@ -288,35 +252,32 @@ class ObjectTrackerNode(Node):
                 continue
             base = cam.namespace
             cam.subs = [
-                self.create_subscription(Image, f'{base}/{self.p["depth_topic"]}',
+                self.create_subscription(Image, f'{base}/{self.p.depth_topic}',
                                          lambda m, c=cam: self._on_depth(c, m),
                                          self._image_qos, callback_group=cam.group),
-                self.create_subscription(CameraInfo, f'{base}/{self.p["info_topic"]}',
+                self.create_subscription(CameraInfo, f'{base}/{self.p.info_topic}',
                                          lambda m, c=cam: self._on_info(c, m),
                                          self._image_qos, callback_group=self._group)]
-        if self.p['robot_mask'] and self._state_listener is None:
+        if self.p.robot_mask and self._state_listener is None:
             from ..ros.state_listener import StateListener
             self._state_listener = StateListener(self, JointState, 'joint_states',
                                                  self._on_joint_state, qos.STATE)
 
     # ------------------------------------------------------------------ camera inputs
     def _on_extrinsics(self, cam: _Camera, msg: PoseStamped):
-        if msg.header.frame_id and msg.header.frame_id != self.p['world_frame']:
+        if msg.header.frame_id and msg.header.frame_id != self.p.world_frame:
             self._warn(f'ext{cam.namespace}', f'{cam.namespace}/extrinsics is in '
-                       f'{msg.header.frame_id!r}, not {self.p["world_frame"]!r}: ignored')
+                       f'{msg.header.frame_id!r}, not {self.p.world_frame!r}: ignored')
             return
         p, o = msg.pose.position, msg.pose.orientation
-        q = np.array([o.w, o.x, o.y, o.z], float)
-        n = float(np.linalg.norm(q))
-        if not np.isfinite(n) or n < 1e-9:
+        try:
+            rot = quat_xyzw_to_matrix((o.x, o.y, o.z, o.w))
+        except ValueError:
             self._warn(f'ext{cam.namespace}', f'{cam.namespace}/extrinsics has no valid '
                        'orientation')
             return
-        w, x, y, z = q / n
         T = np.eye(4)
-        T[:3, :3] = [[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]]
+        T[:3, :3] = rot
         T[:3, 3] = [p.x, p.y, p.z]
         cam.T = T
 
@@ -330,7 +291,7 @@ class ObjectTrackerNode(Node):
     def _on_description(self, msg: String):
         try:
             from ..core.robot_description import load_robot
-            masker = ot.RobotGeomMask(load_robot(msg.data), self.p['robot_mask_margin'])
+            masker = ot.RobotGeomMask(load_robot(msg.data), self.p.robot_mask_margin)
         except Exception as exc:  # noqa: BLE001 - any URDF problem: track without the mask
             self.get_logger().warn(f'robot_description unusable, no robot mask: {exc}')
             return
@@ -350,26 +311,16 @@ class ObjectTrackerNode(Node):
     # ------------------------------------------------------------------ tracking
     def _on_depth(self, cam: _Camera, msg: Image):
         now = time.monotonic()
-        period = 1.0 / self.get_parameter('max_rate').value
-        if now - cam.last < period:
-            return
-        if self.p['lazy'] and self.pub.get_subscription_count() == 0:
-            return                              # nobody listens: no tracking
+        period = 1.0 / self.p.max_rate
         tracker = cam.tracker
-        if tracker is None:
+        if not self._wanted(cam, now, period) or tracker is None:
             return
-        if cam.K is None or cam.T is None:
-            # The first frames can beat their camera_info / the latched pose: warn if it lasts.
-            cam.waiting_since = min(cam.waiting_since, now)
-            if now - cam.waiting_since > 3.0:
-                self._warn(f'wait{cam.namespace}', f'{cam.namespace}: depth frames but no '
-                           f'{"camera_info" if cam.K is None else "extrinsics"} for '
-                           f'{now - cam.waiting_since:.0f} s')
+        if not self._calibrated(cam, now):
             return
         try:
             depth = depth_from_image(msg)
         except ValueError as exc:
-            self._warn(f'enc{cam.namespace}', f'{cam.namespace}/{self.p["depth_topic"]}: {exc}')
+            self._warn(f'enc{cam.namespace}', f'{cam.namespace}/{self.p.depth_topic}: {exc}')
             return
         if cam.size != depth.shape:
             self._warn(f'size{cam.namespace}', f'{cam.namespace}: depth {depth.shape[1]}x'
@@ -387,9 +338,35 @@ class ObjectTrackerNode(Node):
         except ValueError as exc:
             self._warn(f'trk{cam.namespace}', f'{cam.namespace}: frame skipped: {exc}')
             return
+        self.pub.publish(self._tracked_objects(msg.header.stamp, result))
+        if result.missing:
+            self.get_logger().debug(f'{cam.namespace}: not found: {result.missing}')
+        self.get_logger().debug(
+            f'{cam.namespace}: {len(result.poses)} objects in '
+            f'{result.timings["total"] * 1000:.1f} ms ({result.num_clusters} clusters)')
+
+    def _wanted(self, cam: _Camera, now: float, period: float) -> bool:
+        """Whether a frame is due (max_rate) and someone listens (lazy)."""
+        if now - cam.last < period:
+            return False
+        return not (self.p.lazy and self.pub.get_subscription_count() == 0)
+
+    def _calibrated(self, cam: _Camera, now: float) -> bool:
+        """Whether the camera's K and pose are known (warns when the wait lasts)."""
+        if cam.K is not None and cam.T is not None:
+            return True
+        # The first frames can beat their camera_info / the latched pose: warn if it lasts.
+        cam.waiting_since = min(cam.waiting_since, now)
+        if now - cam.waiting_since > 3.0:
+            self._warn(f'wait{cam.namespace}', f'{cam.namespace}: depth frames but no '
+                       f'{"camera_info" if cam.K is None else "extrinsics"} for '
+                       f'{now - cam.waiting_since:.0f} s')
+        return False
+
+    def _tracked_objects(self, stamp, result: ot.TrackingResult) -> TrackedObjects:
         out = TrackedObjects()
-        out.header.stamp = msg.header.stamp
-        out.header.frame_id = self.p['world_frame']
+        out.header.stamp = stamp
+        out.header.frame_id = self.p.world_frame
         for oid, p in result.poses.items():
             w, x, y, z = (float(v) for v in p.quat_wxyz)
             out.ids.append(oid)
@@ -399,12 +376,7 @@ class ObjectTrackerNode(Node):
                                   orientation=Quaternion(x=x, y=y, z=z, w=w)))
             out.num_points.append(int(p.num_points))
             out.fit_residual.append(float(p.residual))
-        self.pub.publish(out)
-        if result.missing:
-            self.get_logger().debug(f'{cam.namespace}: not found: {result.missing}')
-        self.get_logger().debug(
-            f'{cam.namespace}: {len(result.poses)} objects in '
-            f'{result.timings["total"] * 1000:.1f} ms ({result.num_clusters} clusters)')
+        return out
 
     def _on_reset(self, _request, response):
         with self._lock:

@@ -10,15 +10,11 @@ from pathlib import Path
 NODES = Path(__file__).resolve().parents[2] / 'real2sim2real_ros' / 'nodes'
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 50
-LONG_FILES = {'emulated_cell_node.py', 'loop_coordinator_node.py', 'policy_trainer_node.py',
-              'sim_server_node.py', 'system_identification_node.py'}
+LONG_FILES = {'loop_coordinator_node.py', 'policy_trainer_node.py',
+              'system_identification_node.py'}
 LONG_FUNCTIONS = {
-    'camera_capture_node.py': {'__init__'},
-    'emulated_cell_node.py': {'_make_interfaces', '_physics_loop'},
     'loop_coordinator_node.py': {'_read_parameters', '_loop', '_trial'},
-    'object_tracker_node.py': {'_declare', '_on_depth'},
     'policy_trainer_node.py': {'_read_parameters', '_train', '_evaluate'},
-    'sim_server_node.py': {'__init__', '_rollout'},
     'system_identification_node.py': {'_read_parameters', '_identify'},
 }
 
