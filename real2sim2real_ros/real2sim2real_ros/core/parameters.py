@@ -197,6 +197,8 @@ class EstimateBook:
 
     def record(self, name: str, value: float, lower_95: float, upper_95: float, prior: float,
                identified: bool, unit: str = ''):
+        """Keep what was said about ``name``: its interval (when it holds ``value`` and has a
+        width), prior (when ``identified``), unit and identified flag."""
         bounded = lower_95 <= value <= upper_95 and lower_95 < upper_95
         self._by_name[name] = ParameterEstimate(
             name, value, lower_95 if bounded else value, upper_95 if bounded else value,
@@ -204,6 +206,8 @@ class EstimateBook:
             bool(identified))
 
     def describe(self, name: str, value: float) -> ParameterEstimate:
+        """The ParameterEstimate of ``name`` at its current ``value``: the recorded interval, or
+        [value, value] with the twin's prior when nothing was recorded."""
         est = self._by_name.get(name)
         if est is None:
             return ParameterEstimate(name, float(value), float(value), float(value),
