@@ -9,13 +9,13 @@ package_name = 'real2sim2real_ros'
 NODES = {
     'camera_capture': 'real2sim2real_ros.nodes.camera_capture_node:main',
     'emulated_cell': 'real2sim2real_ros.nodes.emulated_cell_node:main',
-    'loop_coordinator': 'real2sim2real_ros.nodes.loop_coordinator_node:main',
+    'loop_coordinator': 'real2sim2real_ros.nodes.loop_coordinator.node:main',
     'object_tracker': 'real2sim2real_ros.nodes.object_tracker_node:main',
-    'policy_trainer': 'real2sim2real_ros.nodes.policy_trainer_node:main',
+    'policy_trainer': 'real2sim2real_ros.nodes.policy_trainer.node:main',
     'robot_executor': 'real2sim2real_ros.nodes.robot_executor.node:main',
     'scene_reconstruction': 'real2sim2real_ros.nodes.scene_reconstruction_node:main',
     'sim_server': 'real2sim2real_ros.nodes.sim_server_node:main',
-    'system_identification': 'real2sim2real_ros.nodes.system_identification_node:main',
+    'system_identification': 'real2sim2real_ros.nodes.system_identification.node:main',
     'r2s2r': 'real2sim2real_ros.cli.main:main',
 }
 

@@ -260,3 +260,39 @@ def load_parameters(path: str | Path) -> list[dict]:
     lower_95, upper_95, prior, unit, identified)."""
     from .parameters import ParameterSet
     return [dict(vars(e)) for e in ParameterSet.load(Path(path))]
+
+
+def skipped_stage_results(stage: str, manifest: dict) -> dict:
+    """What a skipped stage's artifact gives the loop's summary: ``train_twin`` (train: its
+    twin evaluation as a SuccessCount dict), ``cell`` (execute) or ``twin`` (evaluate); {}
+    for the other stages and for an artifact without them."""
+    results = manifest.get('results', {})
+    if stage == 'train':
+        res = results.get('twin_eval') or {}
+        return ({'train_twin': SuccessCount(int(res['n_trials']),
+                                            int(res['successes'])).to_dict()}
+                if res.get('n_trials') else {})
+    if stage == 'execute':
+        return {'cell': results.get('cell') or None}
+    if stage == 'evaluate':
+        return {'twin': results.get('twin') or None}
+    return {}
+
+
+def reconstructed_pose(manifest: dict, object_id: str) -> tuple[float, float, float] | None:
+    """(x, y, yaw) of ``object_id`` in a reconstruct stage's manifest; None when absent."""
+    for o in manifest.get('results', {}).get('objects', []):
+        if o.get('id') == object_id:
+            return float(o['position'][0]), float(o['position'][1]), float(o.get('yaw', 0.0))
+    return None
+
+
+def task_success_at(task, xyz, quat_wxyz, goal) -> bool:
+    """The task's own success rule (as the executor applies it) for the object at ``xyz``,
+    ``quat_wxyz`` and the trial's ``goal`` (x, y[, yaw]; no yaw: the object's own)."""
+    from .policy_execution import ObjectPose
+    pose = ObjectPose.from_xyz_quat(xyz, quat_wxyz, 0.0)
+    state = {'object_xy': pose.xy, 'object_z': pose.z, 'object_yaw': pose.yaw,
+             'object_up_z': pose.up_z, 'goal_xy': np.asarray(goal[:2], float),
+             'goal_yaw': float(goal[2]) if len(goal) > 2 else pose.yaw, 'tip_xy': None}
+    return bool(task.success(state))

@@ -277,3 +277,51 @@ def budget_config(config, total_steps: int, one_shot: bool, steps_per_episode: i
 def steps_per_episode(task) -> int:
     """Environment steps of one episode: 1 for one-shot tasks, the step cap otherwise."""
     return 1 if getattr(task, 'one_shot', False) else int(getattr(task.cfg, 'max_steps', 1))
+
+
+def train_config_from(values):
+    """The TrainConfig of the policy_trainer's parameters (``values``: a mapping or an object
+    with the parameter names as attributes: demos, bc_epochs, self_imitation_rounds,
+    self_imitation_episodes, ppo_iterations, ppo_batch_size, ppo_lr, randomization_widen,
+    randomization_min_relative, eval_trials, seed); the other PPO settings keep their
+    defaults."""
+    from dataclasses import asdict
+
+    from .policies.pipeline import TrainConfig
+    from .policies.ppo import PPOConfig
+    get = values.get if isinstance(values, dict) else lambda name: getattr(values, name)
+    base = TrainConfig()
+    return TrainConfig(
+        demos=get('demos'), bc_epochs=get('bc_epochs'),
+        self_imitation_rounds=get('self_imitation_rounds'),
+        self_imitation_episodes=get('self_imitation_episodes'),
+        ppo=PPOConfig(**{**asdict(base.ppo), 'iterations': get('ppo_iterations'),
+                         'batch_size': get('ppo_batch_size'), 'lr': get('ppo_lr')}),
+        randomization_widen=get('randomization_widen'),
+        randomization_min_relative=get('randomization_min_relative'),
+        eval_trials=get('eval_trials'), seed=get('seed'))
+
+
+def training_manifest(checkpoint_path) -> dict | None:
+    """The train stage's manifest.json beside a checkpoint folder, if it is one."""
+    import json
+    p = Path(checkpoint_path).parent / 'manifest.json'
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get('stage') == 'train' else None
+
+
+def trained_twin_inputs(manifest: dict, seed: int) -> dict:
+    """What rebuilds the twin a checkpoint was trained in, from its train manifest:
+    ``scene_mjcf`` / ``scene_source`` ('' = none recorded), ``start_values``,
+    ``parameter_values``, ``friction_prior`` (None = the node's) and the training ``seed``
+    (``seed`` when the manifest has none)."""
+    rec = manifest['inputs'].get('scene', {})
+    pars = manifest['parameters']
+    return {'scene_mjcf': rec.get('mjcf_path') or '', 'scene_source': rec.get('source', ''),
+            'friction_prior': rec.get('object_friction_prior'),
+            'start_values': pars.get('start_values'),
+            'parameter_values': pars.get('parameter_values'),
+            'seed': pars.get('train_config', {}).get('seed', seed)}

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.integration
 
 from real2sim2real_msgs.action import Identify  # noqa: E402
 
-IR = Identify.Result
+IdentifyResult = Identify.Result
 
 
 @pytest.fixture(scope='module')
@@ -33,7 +33,7 @@ def live(emulated_bringup):
 
 def test_disarmed_executor_is_execution_failed(live):
     _, _, refused, _, _, _ = live
-    assert refused.error_code == IR.EXECUTION_FAILED
+    assert refused.error_code == IdentifyResult.EXECUTION_FAILED
     assert 'DISARMED' in refused.error_msg
 
 
@@ -48,7 +48,7 @@ def test_live_estimates_match_the_hidden_truth(live):
     100 Hz do not pin all 20 parameters; the rest must still have intervals that hold the
     truth. The held-out probe at the noise level shows the bags' time axis is exact."""
     _, _, _, result, feedback, truth = live
-    assert result.error_code == IR.NONE, result.error_msg
+    assert result.error_code == IdentifyResult.NONE, result.error_msg
     est = {p.name: p for p in result.parameters.parameters}
     assert len(est) == 20
     checked, covered = [], 0
@@ -110,7 +110,7 @@ def test_offline_from_the_same_bags_gives_the_same_estimates(live):
     bags = manifest['inputs']['bag_paths']
     assert len(bags) == 3 and all(Path(b).is_dir() for b in bags)
     offline = cmd.identify(bag_paths=bags, run_dir=str(tmp / 'offline'), timeout=240)
-    assert offline.error_code == IR.NONE, offline.error_msg
+    assert offline.error_code == IdentifyResult.NONE, offline.error_msg
     live_values = {p.name: p.value for p in result.parameters.parameters}
     for p in offline.parameters.parameters:
         assert p.value == pytest.approx(live_values[p.name], rel=1e-6)
@@ -124,11 +124,11 @@ def test_bag_without_the_topics_is_missing_topics(live, tmp_path):
         bag.add_topic('/chatter', 'std_msgs/msg/String')
         bag.write('/chatter', 1, {'data': 'hello'})
     res = cmd.identify(bag_paths=[str(tmp_path / 'chatter')], timeout=60)
-    assert res.error_code == IR.MISSING_TOPICS and 'joint_states' in res.error_msg
+    assert res.error_code == IdentifyResult.MISSING_TOPICS and 'joint_states' in res.error_msg
     res = cmd.identify(bag_paths=[str(tmp_path / 'no_such_bag')], timeout=60)
-    assert res.error_code == IR.MISSING_TOPICS and 'no_such_bag' in res.error_msg
+    assert res.error_code == IdentifyResult.MISSING_TOPICS and 'no_such_bag' in res.error_msg
     res = cmd.identify(parameter_names=['joint/elbow_joint/stiction'], timeout=60)
-    assert res.error_code == IR.UNKNOWN_PARAMETER and 'stiction' in res.error_msg
+    assert res.error_code == IdentifyResult.UNKNOWN_PARAMETER and 'stiction' in res.error_msg
 
 
 def test_error_codes_map_from_the_core_exceptions():
@@ -136,8 +136,10 @@ def test_error_codes_map_from_the_core_exceptions():
     from real2sim2real_ros.core.sysid.bags import MissingTopicsError
     from real2sim2real_ros.core.sysid.fit import NotConvergedError
     from real2sim2real_ros.core.twin import UnstableTwinError
-    from real2sim2real_ros.nodes.system_identification_node import error_code_for
+    from real2sim2real_ros.nodes.system_identification.node import error_code_for
     assert [error_code_for(e('x')) for e in (
         MissingTopicsError, UnknownParameterError, InvalidBoundsError, NotConvergedError,
-        UnstableTwinError)] == [IR.MISSING_TOPICS, IR.UNKNOWN_PARAMETER, IR.INVALID_BOUNDS,
-                                IR.NOT_CONVERGED, IR.UNSTABLE_TWIN]
+        UnstableTwinError)] == [
+            IdentifyResult.MISSING_TOPICS, IdentifyResult.UNKNOWN_PARAMETER,
+            IdentifyResult.INVALID_BOUNDS, IdentifyResult.NOT_CONVERGED,
+            IdentifyResult.UNSTABLE_TWIN]

@@ -89,7 +89,7 @@ def bags(tmp_path_factory):
 def node(bags):
     tmp, _, urdf = bags
     proc = subprocess.Popen(
-        [sys.executable, '-m', 'real2sim2real_ros.nodes.system_identification_node',
+        [sys.executable, '-m', 'real2sim2real_ros.nodes.system_identification.node',
          '--ros-args', '-p', f'robot_description_file:={urdf}', '-p', f'run_dir:={tmp}/runs',
          '-p', 'nthread:=2'],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))

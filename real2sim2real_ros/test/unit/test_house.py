@@ -10,13 +10,8 @@ from pathlib import Path
 NODES = Path(__file__).resolve().parents[2] / 'real2sim2real_ros' / 'nodes'
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 50
-LONG_FILES = {'loop_coordinator_node.py', 'policy_trainer_node.py',
-              'system_identification_node.py'}
-LONG_FUNCTIONS = {
-    'loop_coordinator_node.py': {'_read_parameters', '_loop', '_trial'},
-    'policy_trainer_node.py': {'_read_parameters', '_train', '_evaluate'},
-    'system_identification_node.py': {'_read_parameters', '_identify'},
-}
+LONG_FILES: set[str] = set()
+LONG_FUNCTIONS: dict[str, set[str]] = {}
 
 
 def _files():

@@ -266,3 +266,36 @@ def test_summary_and_plots_are_written(tmp_path):
     data = json.loads(write_summary(tmp_path / 'empty', {'stages': []}).read_text())
     assert set(data['plots']) == {'stage_times', 'parameters', 'success'}
     assert not list(tmp_path.glob('**/.*partial'))
+
+
+def test_skipped_stages_give_the_summary_their_counts():
+    train = {'results': {'twin_eval': {'n_trials': 10, 'successes': 7}}}
+    assert lp.skipped_stage_results('train', train)['train_twin']['successes'] == 7
+    assert lp.skipped_stage_results('train', {'results': {}}) == {}
+    cell = {'trials': 5, 'successes': 2}
+    assert lp.skipped_stage_results('execute', {'results': {'cell': cell}}) == {'cell': cell}
+    assert lp.skipped_stage_results('evaluate', {}) == {'twin': None}
+    assert lp.skipped_stage_results('capture', {'results': {'cell': cell}}) == {}
+
+
+def test_the_reconstructed_pose_of_an_object():
+    manifest = {'results': {'objects': [{'id': 'a', 'position': [0.5, -0.1, 0.02], 'yaw': 0.3},
+                                        {'id': 'b', 'position': [0.6, 0.2, 0.02]}]}}
+    assert lp.reconstructed_pose(manifest, 'a') == (0.5, -0.1, 0.3)
+    assert lp.reconstructed_pose(manifest, 'b') == (0.6, 0.2, 0.0)
+    assert lp.reconstructed_pose(manifest, 'c') is None
+
+
+def test_a_late_pose_is_judged_by_the_tasks_rule():
+    class _Task:
+        def success(self, state):
+            self.state = state
+            return float(np.hypot(*(state['object_xy'] - state['goal_xy']))) < 0.02
+
+    task = _Task()
+    yaw = 0.4
+    quat = (math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2))
+    assert lp.task_success_at(task, (0.50, 0.10, 0.02), quat, (0.51, 0.10))
+    assert task.state['goal_yaw'] == pytest.approx(yaw)     # no goal yaw: the object's own
+    assert not lp.task_success_at(task, (0.50, 0.10, 0.02), quat, (0.60, 0.10, 1.0))
+    assert task.state['goal_yaw'] == 1.0

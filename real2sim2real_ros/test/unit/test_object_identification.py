@@ -120,7 +120,10 @@ def test_friction_and_mass_within_10_percent_with_honest_intervals(case):
     # between CPUs) left no safe strike for the third: the planner then says so and stops.
     assert case.probes == 3 or (case.probes == 2 and 'no object can be struck safely' in
                                 case.skipped[-1].get('*', '')), case.skipped
-    assert fit.wall_time < 60
+    # CPU, not wall time: a busy machine stretches the wall time (73.6 s in a CI run at load
+    # 10-17, 26.2 s wall / 23.2 s CPU at load 5) but not the work done.
+    print(f'object fit: {fit.wall_time:.1f} s wall, {fit.cpu_time:.1f} s CPU')
+    assert fit.cpu_time < 60
 
 
 def test_an_object_no_strike_reached_is_reported_unidentified(case):

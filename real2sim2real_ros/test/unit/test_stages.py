@@ -169,3 +169,40 @@ def _empty_strike(plan, index):
     rec = Recording(p.times, p.positions, p.positions[0], p.times, p.positions, p.velocities,
                     None, p.positions[0], name=p.name)
     return StrikeRecording(rec, {}, plan.strikes, f'strike_{index}')
+
+
+def test_live_probe_counts_share_max_probes_between_arm_and_strikes():
+    # No objects: the goal's count, else the node's default.
+    assert ident.probe_counts(0, 3, 2, 5, arm=True, objects=False) == (3, 0)
+    assert ident.probe_counts(4, 3, 2, 5, arm=True, objects=False) == (4, 0)
+    # Objects: the strikes' share comes off the arm's, which keeps at least one.
+    assert ident.probe_counts(4, 3, 2, 5, arm=True, objects=True) == (3, 2)
+    assert ident.probe_counts(0, 3, 6, 5, arm=True, objects=True) == (1, 4)
+    # Objects only: every probe may strike.
+    assert ident.probe_counts(0, 3, 6, 5, arm=False, objects=True) == (1, 5)
+
+
+def test_offline_bags_split_into_arm_and_strike_recordings():
+    arm, strikes = ['a0', 'a1'], ['s0']
+    assert ident.split_offline_bags(arm + strikes, strikes, ['arm'], ['obj'], False) == (
+        arm, strikes, ['arm'])
+    # Strike bags count only when objects are identified.
+    assert ident.split_offline_bags(arm + strikes, strikes, ['arm'], [], False) == (
+        arm, [], ['arm'])
+    # Strike bags alone: the objects only, unless parameters are named.
+    assert ident.split_offline_bags(strikes, strikes, ['arm'], ['obj'], False) == (
+        [], strikes, [])
+    assert ident.split_offline_bags(strikes, strikes, ['arm'], ['obj'], True) == (
+        [], strikes, ['arm'])
+
+
+def test_tracked_poses_average_position_and_yaw_per_object():
+    def quat(yaw):
+        return (np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2))
+    samples = [('box', (0.5, 0.1, 0.02), quat(3.1)), ('box', (0.7, 0.1, 0.04), quat(-3.1)),
+               ('other', (0.0, 0.0, 0.0), quat(0.0))]
+    poses = ident.mean_tracked_poses(samples, {'box'})
+    assert set(poses) == {'box'}
+    xyz, yaw = poses['box']
+    assert np.allclose(xyz, (0.6, 0.1, 0.03))
+    assert abs(abs(yaw) - np.pi) < 1e-6      # the circular mean across +-pi, not 0

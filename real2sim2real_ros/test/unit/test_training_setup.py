@@ -140,3 +140,34 @@ def test_total_steps_scale_the_episode_budget():
     assert tiny.demos == 4 and tiny.ppo.iterations == 0     # below a PPO batch: no PPO
     closed = budget_config(cfg, 600, False, steps_per_episode=60)
     assert closed.demos == 10 and training_steps(closed, False, 60) == 600
+
+
+def test_the_trainers_parameters_make_its_train_config():
+    from real2sim2real_ros.core.training_setup import train_config_from
+    values = {'demos': 7, 'bc_epochs': 9, 'self_imitation_rounds': 1,
+              'self_imitation_episodes': 4, 'ppo_iterations': 2, 'ppo_batch_size': 6,
+              'ppo_lr': 0.01, 'randomization_widen': 1.5, 'randomization_min_relative': 0.1,
+              'eval_trials': 3, 'seed': 11}
+    cfg = train_config_from(values)
+    assert (cfg.demos, cfg.bc_epochs, cfg.eval_trials, cfg.seed) == (7, 9, 3, 11)
+    assert (cfg.ppo.iterations, cfg.ppo.batch_size, cfg.ppo.lr) == (2, 6, 0.01)
+    assert (cfg.randomization_widen, cfg.randomization_min_relative) == (1.5, 0.1)
+
+
+def test_a_checkpoints_train_manifest_rebuilds_its_twin(tmp_path):
+    import json
+
+    from real2sim2real_ros.core.training_setup import trained_twin_inputs, training_manifest
+    ckpt = tmp_path / 'train_000' / 'checkpoint'
+    ckpt.mkdir(parents=True)
+    assert training_manifest(ckpt) is None
+    manifest = {'stage': 'train', 'inputs': {'scene': {'mjcf_path': '/s.xml', 'source': 'x',
+                                                       'object_friction_prior': 0.4}},
+                'parameters': {'start_values': {'a': 1.0}, 'parameter_values': {'b': 2.0},
+                               'train_config': {'seed': 5}}}
+    (ckpt.parent / 'manifest.json').write_text(json.dumps(manifest))
+    rec = trained_twin_inputs(training_manifest(ckpt), seed=0)
+    assert rec == {'scene_mjcf': '/s.xml', 'scene_source': 'x', 'friction_prior': 0.4,
+                   'start_values': {'a': 1.0}, 'parameter_values': {'b': 2.0}, 'seed': 5}
+    (ckpt.parent / 'manifest.json').write_text(json.dumps({**manifest, 'stage': 'identify'}))
+    assert training_manifest(ckpt) is None

@@ -167,6 +167,7 @@ class ObjectFitResult:
     # m, held-out rest error of the twin with ``reference`` values (an evaluator's hidden
     # truth: what a perfect identification would reach); nan without a reference
     heldout_error_reference: float = float('nan')
+    cpu_time: float = 0.0          # s of CPU, all threads of this process (load-independent)
 
 
 # ------------------------------------------------------------------ scene helpers
@@ -700,7 +701,7 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
     evaluator's truth) whose held-out rest error is scored too, beside before and after.
     Raises ObjectDataError when no strike of any declared object is usable.
     """
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     if scores not in ('all', 'heldout', 'none'):
         raise ValueError(f"scores {scores!r}: expected 'all', 'heldout' or 'none'")
     options = options or ObjectFitOptions()
@@ -814,7 +815,7 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
     return ObjectFitResult(result_set, rms(rb), rms(ra), rms(held_b), rms(held_a),
                            rms(jb), rms(ja), rms(ab), rms(aa), time.perf_counter() - t0,
                            n_rollouts, dropped, unstruck, sigma_track, strikes, per_object,
-                           rms(held_r))
+                           rms(held_r), time.process_time() - cpu0)
 
 
 def rest_spread(twin: Twin, recording: StrikeRecording, values: dict, *,
@@ -874,4 +875,5 @@ def final_object_fits(twin: Twin, specs: list[ParameterSpec], recordings: list[S
         fit.strikes += [s for s in validation.strikes if s.heldout]
         fit.n_rollouts += validation.n_rollouts
         fit.wall_time += validation.wall_time
+        fit.cpu_time += validation.cpu_time
     return fit, validation

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ['Probe', 'ProbeError', 'multisine_probe', 'push_probe']
+__all__ = ['Probe', 'ProbeError', 'move_trajectory', 'multisine_probe', 'push_probe']
 
 # Base frequencies (Hz); joint j uses FREQS[j::n_joints] style interleaving so no two joints
 # share one.
@@ -161,3 +161,20 @@ def _quat_err(q_ref, q) -> np.ndarray:
     w = w1 * w2 - v1 @ v2
     v = w1 * v2 + w2 * v1 + np.cross(v1, v2)
     return 2 * v * np.sign(w if w != 0 else 1.0)
+
+
+def move_trajectory(q_from, q_to, velocity_limits, fraction=0.25, rate=20.0):
+    """(times, positions, velocities) of a smooth (minimum-jerk) move from ``q_from`` to
+    ``q_to`` at ``fraction`` of the velocity limits, at least 1 s; ``rate`` points per second,
+    the first after t = 0."""
+    import math
+    q_from, q_to = np.asarray(q_from, float), np.asarray(q_to, float)
+    peak = 1.875   # max of d/ds (10 s^3 - 15 s^4 + 6 s^5)
+    duration = max(1.0, float(np.max(np.abs(q_to - q_from) * peak
+                                      / (fraction * np.asarray(velocity_limits)))))
+    t = np.linspace(0.0, duration, max(2, int(math.ceil(duration * rate))) + 1)[1:]
+    s = t / duration
+    shape = 10 * s ** 3 - 15 * s ** 4 + 6 * s ** 5
+    dshape = (30 * s ** 2 - 60 * s ** 3 + 30 * s ** 4) / duration
+    d = q_to - q_from
+    return t, q_from + shape[:, None] * d, dshape[:, None] * d

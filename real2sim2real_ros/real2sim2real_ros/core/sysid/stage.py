@@ -34,7 +34,8 @@ from .bags import MissingTopicsError
 STAGE = 'identify'
 
 __all__ = ['FitSettings', 'ProbeExecutionError', 'StageOutput', 'StageTimer', 'StrikeCell',
-           'arm_probes', 'arm_twin', 'arm_values', 'fit_and_write', 'object_setup', 'run_strikes']
+           'arm_probes', 'arm_twin', 'arm_values', 'fit_and_write', 'mean_tracked_poses',
+           'object_setup', 'probe_counts', 'run_strikes', 'split_offline_bags']
 
 
 class ProbeExecutionError(RuntimeError):
@@ -408,7 +409,8 @@ def _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, twin, sho
             'heldout_along_after_m': ofit.heldout_along_after,
             'heldout_joint_before': ofit.heldout_joint_before,
             'heldout_joint_after': ofit.heldout_joint_after,
-            'fit_wall_s': ofit.wall_time, 'rollouts': ofit.n_rollouts,
+            'fit_wall_s': ofit.wall_time, 'fit_cpu_s': ofit.cpu_time,
+            'rollouts': ofit.n_rollouts,
             'tracker_noise_m': ofit.tracker_noise, 'dropped': ofit.dropped,
             'unstruck': ofit.unstruck, 'per_object': ofit.per_object}
     timings = timer.to_dict()
@@ -417,3 +419,43 @@ def _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, twin, sho
     manifest = stage.finish()
     return StageOutput(stage.folder, manifest, estimates, fit, ofit, str(report),
                        timings=timings)
+
+
+def probe_counts(requested: int, default: int, strike_probes: int, max_probes: int, *,
+                 arm: bool, objects: bool) -> tuple[int, int]:
+    """(arm probes, strike probes) of a live identification: ``requested`` arm probes (0 =
+    ``default``) and the config's ``strike_probes`` when objects are identified, together at
+    most ``max_probes`` (the arm keeps at least one)."""
+    n_arm = int(requested) or int(default)
+    n_strike = max(0, int(strike_probes)) if objects else 0
+    if n_strike:
+        n_arm = max(1, min(n_arm, max_probes - n_strike))
+        n_strike = min(n_strike, max_probes - (n_arm if arm else 0))
+    return n_arm, n_strike
+
+
+def split_offline_bags(bags, strike_bags, arm_specs, object_specs, named: bool):
+    """(arm bags, strike bags, arm specs) of an offline identification: strike bags count
+    only when objects are identified (``object_specs``); strike bags alone with nothing
+    ``named`` identify the objects only (no arm specs: the arm as last identified)."""
+    arm_bags = [b for b in bags if b not in strike_bags]
+    strike_bags = list(strike_bags) if object_specs else []
+    if not arm_bags and strike_bags and not named:
+        arm_specs = []
+    return arm_bags, strike_bags, arm_specs
+
+
+def mean_tracked_poses(samples, ids) -> dict:
+    """{id: (xyz, yaw)}: the mean position and circular-mean yaw of each of ``ids`` over
+    ``samples`` ((id, xyz, quat_wxyz) triples; ids without samples are left out)."""
+    from .object_fit import quat_yaw
+    acc: dict[str, list] = {}
+    for oid, xyz, quat_wxyz in samples:
+        acc.setdefault(oid, []).append((tuple(xyz), quat_yaw(tuple(quat_wxyz))))
+    out = {}
+    for oid, items in acc.items():
+        if oid in ids:
+            yaws = np.array([i[1] for i in items])
+            out[oid] = (np.mean([i[0] for i in items], axis=0),
+                        float(np.arctan2(np.sin(yaws).mean(), np.cos(yaws).mean())))
+    return out

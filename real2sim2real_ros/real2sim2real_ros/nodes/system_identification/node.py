@@ -1,0 +1,431 @@
+"""The system_identification node: parameters, robot model, scene, the identify action.
+
+Probes on the cell are probes.py; the stage itself (probe plans, fits, the folder) is
+core/sysid/stage.py. The package docstring has the whole contract.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.exceptions import ParameterException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+
+from real2sim2real_msgs.action import ExecuteTrajectory, Identify
+from real2sim2real_msgs.msg import PhysicalParameter, PhysicalParameterSet, Scene, TrackedObjects
+from real2sim2real_msgs.srv import SetPhysicalParameters
+
+from ...core.parameters import InvalidBoundsError, ParameterError, UnknownParameterError
+from ...core.sysid.bags import BagRecordingError, MissingTopicsError
+from ...core.sysid.fit import NotConvergedError
+from ...core.sysid.stage import ProbeExecutionError
+from ...core.twin import TwinError, UnstableTwinError
+from ...ros import qos
+from ...ros.goal_client import GoalClient
+from ...ros.params import Param, bind
+from ...ros.ros_main import ConfigurationError, run_node
+from ...ros.subscriptions import subscribed
+from .failure import GoalFailed
+from .probes import ExecutorProbes, ExecutorStrikeCell
+
+NODE_NAME = 'system_identification'
+IdentifyResult = Identify.Result
+MAX_PROBES = 50        # live probes per identify goal (and the num_probes parameter)
+MAX_IDENTIFY_BAGS = 1000   # bag_paths per identify goal
+PARAMETERS = (
+    Param('parameters_file', '',
+          "Identification config (known: values, parameters: priors/bounds); '' = the "
+          "package's config/identification.yaml."),
+    Param('robot_description_file', '',
+          "URDF of the robot; '' = the latched robot_description topic.", read_only=True),
+    Param('joint_states_topic', 'joint_states', 'Joint states of the cell.', read_only=True),
+    Param('executor_action', 'robot_executor/execute_trajectory',
+          'ExecuteTrajectory action that runs the probes.', read_only=True),
+    Param('sim_server', 'sim_server', 'Node whose set_physical_parameters gets the result.',
+          read_only=True),
+    Param('num_probes', 3, 'Probes per live identification (the last is held out).',
+          lo=1, hi=MAX_PROBES),
+    Param('max_probes', 5,
+          'Most probe executions of a live identification: with object strike probes the arm '
+          'gets at most max_probes - strike_probes.', lo=1, hi=MAX_PROBES),
+    Param('probe_duration', 4.0, 'Seconds per probe.', lo=1.5, hi=60.0),
+    Param('probe_amplitude', 0.35, 'Peak joint excursion (rad) about the centre.',
+          lo=0.01, hi=1.5),
+    Param('probe_velocity_fraction', 0.8,
+          'Peak probe speed as a fraction of the velocity limits.', lo=0.05, hi=1.0),
+    # A typed, unset default: rclpy would type an empty list default as bytes.
+    Param('probe_center', Parameter.Type.DOUBLE_ARRAY,
+          'Joint positions (rad) the probes move about; unset = where the arm is.',
+          type_='double_array'),
+    Param('settle_time', 0.5, 'Rest (s) after the move to the centre and between probes.',
+          lo=0.0, hi=10.0),
+    Param('nthread', 2, 'Threads of batched rollouts.', lo=1, hi=64),
+    Param('max_iter', 30, 'Least-squares iterations.', lo=1, hi=1000),
+    Param('fit_restarts', 3,
+          'Extra least-squares starts of the least_squares arm fit, random inside the bounds '
+          '(core/sysid/fit.py); 0 = from the priors only.', lo=0, hi=20),
+    Param('fit_method', 'auto',
+          'Arm fit (core/sysid/fit.identify): auto = regression + one rollout polish; '
+          'least_squares = the multi-start rollout fit; regression = the regression alone.',
+          choices=('auto', 'least_squares', 'regression')),
+    Param('timestep', 0.001, 'Twin timestep (s).', lo=0.0001, hi=0.01),
+    Param('run_dir', '', "Run directory for identify_<n>; '' = a temporary one."),
+    Param('tracked_objects_topic', 'tracked_objects',
+          'Tracked object poses (real2sim2real_msgs/TrackedObjects), subscribed only while '
+          'strike probes run.', read_only=True),
+    Param('scene_file', '',
+          "MJCF scene whose objects are identified; '' = the latest message on the latched "
+          'scene topic (scene_reconstruction). Read at each goal.'),
+)
+
+
+def _configuration_error(text: str) -> ConfigurationError:
+    err = ConfigurationError(text)
+    err.node_name = NODE_NAME
+    return err
+
+
+def error_code_for(exc: BaseException) -> int:
+    """Identify.Result error code of a core exception (order: most specific first)."""
+    for cls, code in ((MissingTopicsError, IdentifyResult.MISSING_TOPICS),
+                      (BagRecordingError, IdentifyResult.MISSING_TOPICS),
+                      (UnknownParameterError, IdentifyResult.UNKNOWN_PARAMETER),
+                      (InvalidBoundsError, IdentifyResult.INVALID_BOUNDS),
+                      (NotConvergedError, IdentifyResult.NOT_CONVERGED),
+                      (UnstableTwinError, IdentifyResult.UNSTABLE_TWIN),
+                      (ProbeExecutionError, IdentifyResult.EXECUTION_FAILED)):
+        if isinstance(exc, cls):
+            return code
+    return (IdentifyResult.INVALID_BOUNDS if isinstance(exc, ParameterError)
+            else IdentifyResult.NOT_CONVERGED)
+
+
+class SystemIdentificationNode(ExecutorProbes, Node):
+    def __init__(self):
+        super().__init__(NODE_NAME)
+        self._lock = threading.Lock()
+        self._read_parameters()
+        self._robot = None
+        self._robot_error = 'waiting for robot_description'
+        self._q: np.ndarray | None = None
+        self._q_names: list[str] = []
+        self._runs = 0
+        self._scene_path = ''
+        self._tracked: list = []
+        self._arm_values: dict = {}
+        cb = ReentrantCallbackGroup()
+        self.pub_params = self.create_publisher(PhysicalParameterSet, 'physical_parameters',
+                                                qos.LATCHED)
+        self._cb = cb  # /joint_states is subscribed only while a goal runs (ros/subscriptions.py)
+        if self.p.robot_description_file:
+            self._load_robot(self.p.robot_description_file, fatal=True)
+        else:
+            self.create_subscription(String, 'robot_description', self._on_description,
+                                     qos.LATCHED,
+                                     callback_group=MutuallyExclusiveCallbackGroup())
+        # The reconstructed scene (latched; one message per reconstruction).
+        self.create_subscription(Scene, 'scene', self._on_scene, qos.LATCHED,
+                                 callback_group=MutuallyExclusiveCallbackGroup())
+        self._executor_client = GoalClient(self, ExecuteTrajectory, self.p.executor_action,
+                                           callback_group=cb)
+        self._sim_client = self.create_client(
+            SetPhysicalParameters, f'{self.p.sim_server}/set_physical_parameters',
+            callback_group=cb)
+        self._action = ActionServer(
+            self, Identify, '~/identify', self._on_identify,
+            goal_callback=lambda _g: GoalResponse.ACCEPT,
+            cancel_callback=lambda _g: CancelResponse.ACCEPT, callback_group=cb)
+        self.get_logger().info(f'system_identification ready; parameters from '
+                               f'{self._parameters_file}')
+
+    # ------------------------------------------------------------------ setup
+    def _read_parameters(self):
+        # Tunables follow `ros2 param set` between goals.
+        try:
+            self.p = bind(self, PARAMETERS)
+        except (ParameterException, ValueError, TypeError) as exc:
+            raise _configuration_error(f'system_identification parameters: {exc}') from None
+        self._parameters_file = self.p.parameters_file
+        if not self._parameters_file:
+            from ament_index_python.packages import get_package_share_directory
+            self._parameters_file = str(Path(get_package_share_directory(
+                'real2sim2real_ros')) / 'config' / 'identification.yaml')
+
+    def _load_robot(self, source: str, fatal: bool):
+        from ...core.robot_description import load_robot
+        try:
+            robot = load_robot(source)
+        except Exception as exc:  # noqa: BLE001 - any unusable URDF
+            text = f'robot description unusable: {str(exc).splitlines()[0]}'
+            if fatal:
+                raise _configuration_error(text) from None
+            self.get_logger().error(text)
+            self._robot_error = text
+            return
+        with self._lock:
+            self._robot, self._robot_error = robot, ''
+
+    def _on_description(self, msg: String):
+        self._load_robot(msg.data, fatal=False)
+
+    def _on_joint_states(self, msg: JointState):
+        with self._lock:
+            self._q_names = list(msg.name)
+            self._q = np.array(msg.position, float)
+
+    def _on_identify(self, goal_handle):
+        result = IdentifyResult()
+        t0 = time.monotonic()
+        try:
+            with subscribed(self, JointState, self.p.joint_states_topic, self._on_joint_states,
+                            qos.STATE, self._cb):
+                self._identify(goal_handle, result)
+            code, text = IdentifyResult.NONE, ''
+        except GoalFailed as exc:
+            code, text = exc.code, exc.message
+        except Exception as exc:  # noqa: BLE001 - core errors map onto codes; never crash
+            code, text = error_code_for(exc), f'{type(exc).__name__}: {exc}'
+        result.error_code, result.error_msg = code, text
+        if code == IdentifyResult.NONE:
+            goal_handle.succeed()
+            self.get_logger().info(f'identify: done in {time.monotonic() - t0:.1f} s, residual '
+                                   f'{result.residual_before:.3g} -> {result.residual_after:.3g}'
+                                   f' rad, report {result.report_path}')
+        elif code == IdentifyResult.CANCELED and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        else:
+            goal_handle.abort()
+            self.get_logger().warning(f'identify failed ({code}): {text}')
+        return result
+
+    def _feedback(self, goal_handle, stage, progress, residual=math.nan):
+        fb = Identify.Feedback(stage=stage, progress=float(progress), residual=float(residual))
+        goal_handle.publish_feedback(fb)
+        if goal_handle.is_cancel_requested:
+            raise GoalFailed(IdentifyResult.CANCELED, f'canceled during {stage}')
+
+    def _identify(self, goal_handle, result):
+        from ...core.sysid import stage as ident
+        from ...core.sysid.bags import is_strike_bag
+        from ...core.sysid.config import load_identification_config
+        goal = goal_handle.request
+        _check_goal(goal)
+        robot = self._wait_for_robot()
+        # Joint templates and controller gains expanded for this robot's arm joints.
+        config = load_identification_config(self._parameters_file, robot)
+        timer = ident.StageTimer()
+        settings = ident.FitSettings(self.p.nthread, self.p.max_iter, self.p.fit_restarts,
+                                     self.p.fit_method, self.p.timestep)
+        bags = list(goal.bag_paths)
+        strike_given = [b for b in bags if is_strike_bag(b)]
+        scene_path = self._scene_for(robot, strike_given)
+        obj_twin, specs, obj_specs, object_note = self._what_to_identify(
+            robot, config, scene_path, goal, strike_given, timer)
+        # The names are checked before any probe moves the arm.
+        twin = ident.arm_twin(robot, config, specs, settings, timer)
+        with self._lock:
+            last = dict(self._arm_values)
+        if bags:
+            probes = []
+            arm_bags, strike_bags, specs = ident.split_offline_bags(
+                bags, strike_given, specs, obj_specs, bool(goal.parameter_names))
+        else:
+            probes, arm_bags, strike_bags = self._live_probes(
+                goal_handle, robot, config, specs, obj_specs, obj_twin,
+                settings=settings, last=last, timer=timer, scene_path=scene_path)
+        if obj_twin is not None:
+            obj_twin.close()
+        out = self._fit_and_write(
+            goal_handle, robot, config, specs, obj_specs, arm_bags, strike_bags,
+            settings=settings, last=last, timer=timer, twin=twin, scene_path=scene_path,
+            inputs={'live_probes': probes, 'object_note': object_note})
+        self._report(goal_handle, result, out)
+
+    def _what_to_identify(self, robot, config, scene_path, goal, strike_given, timer):
+        """(object twin, arm specs, object specs, note on the objects) of the goal: the
+        config's parameters (or the goal's subset), the scene's objects' where declared."""
+        from ...core.sysid import stage as ident
+        try:
+            obj_twin, object_specs, object_note = ident.object_setup(
+                robot, config, scene_path, timestep=self.p.timestep, timer=timer)
+        except TwinError as exc:
+            raise GoalFailed(IdentifyResult.EXECUTION_FAILED, f'scene {scene_path}: {exc}') \
+                from None
+        specs, obj_specs = config.split(list(goal.parameter_names), object_specs)
+        if goal.bag_paths and not strike_given and not goal.parameter_names:
+            obj_specs = []      # offline arm bags only: the arm
+        if not specs and not obj_specs:
+            raise GoalFailed(IdentifyResult.UNKNOWN_PARAMETER, 'nothing to identify: ' + (
+                object_note or 'no parameters declared'))
+        return obj_twin, specs, obj_specs, object_note
+
+    def _live_probes(self, goal_handle, robot, config, specs, obj_specs, obj_twin, *,
+                     settings, last, timer, scene_path):
+        """(probe names, arm bags, strike bags): the arm probes, then the strike probes."""
+        from ...core.sysid import stage as ident
+        goal = goal_handle.request
+        n_arm, n_strike = ident.probe_counts(
+            goal.num_probes, self.p.num_probes, config.strike_probes, self.p.max_probes,
+            arm=bool(specs), objects=bool(obj_specs))
+        probes, arm_bags, strike_bags = [], [], []
+        if specs:
+            with timer('arm_probes'):
+                arm_bags, probes = self._excite(goal_handle, robot, n_arm)
+        if obj_specs and n_strike:
+            cell = ExecutorStrikeCell(self, goal_handle, robot)
+            with subscribed(self, TrackedObjects, self.p.tracked_objects_topic,
+                            self._on_tracked, qos.STATE, self._cb):
+                ident.run_strikes(
+                    cell, robot, obj_twin, obj_specs, config, n_strike, settings=settings,
+                    values=ident.arm_values(config, specs, None, last),
+                    progress=lambda st, p: self._feedback(goal_handle, st, p),
+                    log=self.get_logger().warning, timer=timer, scene=scene_path or '')
+            strike_bags = cell.bags
+            probes += [Path(b).parent.name for b in strike_bags]
+        return probes, arm_bags, strike_bags
+
+    def _fit_and_write(self, goal_handle, robot, config, specs, obj_specs, arm_bags,
+                       strike_bags, *, settings, last, timer, twin, scene_path, inputs):
+        """core/sysid/stage.fit_and_write on the bags' recordings (the identify_<n> folder)."""
+        from ...core.sysid import stage as ident
+        from ...core.sysid.bags import recording_from_bag, strike_recording_from_bag
+        run_dir = goal_handle.request.run_dir or self.p.run_dir
+        if not run_dir:
+            import tempfile
+            run_dir = tempfile.mkdtemp(prefix='r2s2r_identify_')
+        self._feedback(goal_handle, 'read_bags', 0.0)
+        with timer('read_bags'):
+            recs = [recording_from_bag(b, robot.joint_names, name=f'probe_{i}')
+                    for i, b in enumerate(arm_bags)] if specs else []
+            srecs = [strike_recording_from_bag(b, robot.joint_names, name=f'strike_{i}')
+                     for i, b in enumerate(strike_bags)] if obj_specs else []
+        arm_heldout = bool(specs) and len(recs) > 1 and not (obj_specs and strike_bags)
+        return ident.fit_and_write(
+            robot, config, run_dir, arm_specs=specs, object_specs=obj_specs,
+            scene=scene_path or '', arm_recs=recs, strike_recs=srecs, settings=settings,
+            last_arm_values=last, timer=timer, twin=twin,
+            inputs={'bag_paths': [str(b) for b in arm_bags + strike_bags],
+                    'live_probes': inputs['live_probes'],
+                    'arm_bags': [str(b) for b in arm_bags],
+                    'strike_bags': [str(b) for b in strike_bags],
+                    'heldout': [str(arm_bags[-1])] if arm_heldout else (
+                        [str(strike_bags[-1])] if len(strike_bags) > 1 else []),
+                    'scene': scene_path or ''},
+            parameters={'parameters_file': self._parameters_file,
+                        'objects_note': inputs['object_note']},
+            progress=lambda st, p, r: self._feedback(goal_handle, st, p, r),
+            log=lambda m: self.get_logger().warning(f'identify: {m}'))
+
+    def _report(self, goal_handle, result, out):
+        """Publish the estimates, push them to the twin and fill the goal's result."""
+        fit, ofit = out.fit, out.object_fit
+        if fit is not None:
+            with self._lock:
+                self._arm_values = fit.parameters.values()
+        msg = PhysicalParameterSet(artifact_dir=str(out.folder))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        for e in out.estimates:
+            msg.parameters.append(PhysicalParameter(
+                name=e.name, value=e.value, lower_95=e.lower_95, upper_95=e.upper_95,
+                prior=e.prior, unit=e.unit, identified=e.identified))
+        self.pub_params.publish(msg)
+        self._push_to_sim(msg, [e.name for e in (ofit.parameters if ofit else [])])
+        result.parameters = msg
+        first = fit if fit is not None else ofit
+        result.residual_before, result.residual_after = (first.residual_before,
+                                                         first.residual_after)
+        if out.heldout_arm or ofit is None:
+            result.heldout_error_before = fit.heldout_error_before
+            result.heldout_error_after = fit.heldout_error_after
+        else:   # the arm (and objects) scored on the held-out strike probe's joints
+            result.heldout_error_before = ofit.heldout_joint_before
+            result.heldout_error_after = ofit.heldout_joint_after
+        result.report_path = str(out.report_path)
+        self.get_logger().info('identify profile (s): ' + ', '.join(
+            f'{k} {v:.1f}' for k, v in out.timings['seconds'].items()))
+        self._feedback(goal_handle, 'done', 1.0, result.residual_after)
+
+    def _wait_for_robot(self):
+        # A goal sent right after bringup may arrive before the latched robot_description:
+        # give it a few seconds rather than failing at once.
+        deadline = time.monotonic() + 10.0
+        while True:
+            with self._lock:
+                robot = self._robot
+            if robot is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if robot is None:
+            raise GoalFailed(IdentifyResult.EXECUTION_FAILED,
+                             f'no robot model: {self._robot_error}')
+        return robot
+
+    def _scene_for(self, robot, strike_bags) -> str:
+        """The scene: the one offline strikes were planned in, else scene_file, else the
+        latched scene topic's ('' = none)."""
+        from ...core.sysid.bags import strike_recording_from_bag
+        for b in strike_bags:
+            info = strike_recording_from_bag(b, robot.joint_names).info
+            if info.get('scene') and Path(info['scene']).is_file():
+                return info['scene']
+        scene = self.p.scene_file or ''
+        with self._lock:
+            return scene or self._scene_path
+
+    def _on_scene(self, msg):
+        with self._lock:
+            self._scene_path = msg.mjcf_path
+
+    def _on_tracked(self, msg):
+        with self._lock:
+            self._tracked.append((self.get_clock().now().nanoseconds, msg))
+            if len(self._tracked) > 20000:
+                del self._tracked[:10000]
+
+    def _push_to_sim(self, msg: PhysicalParameterSet, object_names=()):
+        """Arm and object parameters in two calls: a twin without the scene's objects still
+        takes the arm's."""
+        if not self._sim_client.service_is_ready():
+            self.get_logger().info('sim_server not up: parameters not pushed to the twin')
+            return
+        objects = set(object_names)
+        for part in ([p for p in msg.parameters if p.name not in objects],
+                     [p for p in msg.parameters if p.name in objects]):
+            if not part:
+                continue
+            done = threading.Event()
+            future = self._sim_client.call_async(SetPhysicalParameters.Request(parameters=part))
+            future.add_done_callback(lambda _f, d=done: d.set())
+            if not done.wait(5.0) or not future.result().success:
+                why = 'no answer' if not done.is_set() else future.result().message
+                self.get_logger().warning(f'pushing parameters to the twin failed: {why}')
+
+    def close(self):
+        self._action.destroy()
+
+
+def _check_goal(goal):
+    """INVALID_BOUNDS for counts past the limits (a negative count sent as uint32 wraps)."""
+    if int(goal.num_probes) > MAX_PROBES:
+        raise GoalFailed(IdentifyResult.INVALID_BOUNDS, f'num_probes {goal.num_probes} is more '
+                         f'than the {MAX_PROBES} allowed (a negative count sent as uint32 wraps '
+                         f'to 4294967295)')
+    if len(goal.bag_paths) > MAX_IDENTIFY_BAGS:
+        raise GoalFailed(IdentifyResult.INVALID_BOUNDS, f'{len(goal.bag_paths)} bag_paths is '
+                         f'more than the {MAX_IDENTIFY_BAGS} allowed')
+
+
+def main(args=None):
+    return run_node(SystemIdentificationNode, args=args)
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
