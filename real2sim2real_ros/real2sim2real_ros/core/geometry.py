@@ -17,8 +17,8 @@ import math
 import numpy as np
 from transforms3d import quaternions
 
-__all__ = ['matrix_to_quat_wxyz', 'matrix_to_quat_xyzw', 'quat_msg_yaw', 'quat_xyzw_to_matrix',
-           'quat_yaw', 'wrap_angle', 'yaw_quat']
+__all__ = ['angle_gap', 'matrix_to_quat_wxyz', 'matrix_to_quat_xyzw', 'quat_msg_yaw',
+           'quat_xyzw_to_matrix', 'quat_yaw', 'wrap_angle', 'yaw_quat']
 
 
 def yaw_quat(yaw: float) -> np.ndarray:
@@ -40,6 +40,13 @@ def quat_msg_yaw(q) -> float:
 def wrap_angle(a: float) -> float:
     """``a`` wrapped to [-pi, pi)."""
     return float((a + np.pi) % (2 * np.pi) - np.pi)
+
+
+def angle_gap(a: float, b: float, period: float = 2 * math.pi) -> float:
+    """Smallest |a - b| modulo ``period`` (rad), in [0, period / 2]: e.g. period pi for a
+    box's yaw, whose faces repeat every half turn."""
+    d = (a - b) % period
+    return float(min(d, period - d))
 
 
 def quat_xyzw_to_matrix(q) -> np.ndarray:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from .artifacts import MANIFEST, RunDirectory
+from .geometry import angle_gap
 
 STAGES = ('capture', 'reconstruct', 'identify', 'train', 'execute', 'evaluate')
 # Run-directory folder prefix of each stage's artifact.
@@ -169,11 +170,6 @@ def overall_progress(stage: str, fraction: float, done: Sequence[str]) -> float:
 
 
 # ---------------------------------------------------------------------------- cell goals
-def _yaw_gap(a: float, b: float, period: float) -> float:
-    d = (a - b) % period
-    return min(d, period - d)
-
-
 def sample_goal(task, rng: np.random.Generator, object_xy, object_yaw: float, *,
                 yaw_tolerance: float = 0.05, max_draws: int = 2000,
                 symmetric_yaw: float = math.pi) -> tuple[float, float, float]:
@@ -191,7 +187,7 @@ def sample_goal(task, rng: np.random.Generator, object_xy, object_yaw: float, *,
     best, best_gap = None, math.inf
     for _ in range(max(1, int(max_draws))):
         reset = task.sample_reset(rng)
-        gap = _yaw_gap(float(reset.object_yaw), float(object_yaw), symmetric_yaw)
+        gap = angle_gap(float(reset.object_yaw), float(object_yaw), symmetric_yaw)
         if gap < best_gap:
             best, best_gap = reset, gap
         if gap <= yaw_tolerance:

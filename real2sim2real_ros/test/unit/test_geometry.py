@@ -35,3 +35,14 @@ def test_wrap_and_bad_quaternions():
         g.quat_xyzw_to_matrix([0, 0, 0, 0])
     with pytest.raises(ValueError, match='no valid norm'):
         g.quat_xyzw_to_matrix([float('nan'), 0, 0, 1])
+
+
+def test_angle_gap_is_the_smallest_difference_modulo_the_period():
+    import math
+
+    from real2sim2real_ros.core.geometry import angle_gap
+    assert math.isclose(angle_gap(0.1, -0.1), 0.2)
+    assert math.isclose(angle_gap(math.pi - 0.05, -math.pi + 0.05), 0.1)
+    assert math.isclose(angle_gap(0.3, 0.3 + math.pi, math.pi), 0.0, abs_tol=1e-12)
+    assert math.isclose(angle_gap(1.2, 0.0, math.pi / 2), math.pi / 2 - 1.2)
+    assert 0.0 <= angle_gap(7.0, -3.0, 1.0) <= 0.5

@@ -12,6 +12,7 @@ import trimesh
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial import cKDTree
 
+from ..geometry import angle_gap
 from .meshes import primitive_mesh
 
 
@@ -41,10 +42,6 @@ class SceneErrors:
         return not self.missed and not self.spurious
 
 
-def _wrap(angle: float, period: float) -> float:
-    return float(abs((angle + period / 2) % period - period / 2))
-
-
 def yaw_and_extent_errors(shape: str, found_yaw: float, found_ext, true_yaw: float,
                           true_ext) -> tuple[float, float]:
     """Box: the smallest error over the box's 90-degree symmetries (extents swap with it)."""
@@ -54,7 +51,7 @@ def yaw_and_extent_errors(shape: str, found_yaw: float, found_ext, true_yaw: flo
     candidates = []
     for k in range(4):
         ext = found_ext[[1, 0, 2]] if k % 2 else found_ext
-        yaw_err = _wrap(found_yaw + k * np.pi / 2 - true_yaw, np.pi)
+        yaw_err = angle_gap(found_yaw + k * np.pi / 2, true_yaw, np.pi)
         ext_err = float(np.max(np.abs(ext - true_ext)))
         # Extents decide (a square box is yaw-symmetric by 90 deg); 1 rad ~ 5 cm breaks ties.
         candidates.append((ext_err + 0.05 * yaw_err, yaw_err, ext_err))

@@ -193,7 +193,8 @@ def strike_recording_from_bag(path, joint_names, *, name: str | None = None):
     Raises MissingTopicsError when the bag has no tracked poses or no strike plan."""
     import json
 
-    from .object_fit import ObjectTrack, StrikeRecording, quat_yaw
+    from ..geometry import quat_yaw
+    from .object_fit import ObjectTrack, StrikeRecording
     from .object_probes import StrikeInfo
     path = Path(path)
     rec = recording_from_bag(path, joint_names, name=name)

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 import mujoco
 import numpy as np
 
+from ..geometry import quat_yaw, yaw_quat
 from ..parameters import ParameterEstimate, ParameterSet, ParameterSpec
 from ..twin import Twin, UnstableTwinError
 from .fit import Recording
@@ -256,15 +257,6 @@ def table_region(twin: Twin, name: str = 'table') -> TableRegion:
     half = np.abs(rot) @ m.geom_size[g]
     c = data.geom_xpos[g]
     return TableRegion(c[:2].copy(), 2 * half[:2], float(c[2] + half[2]))
-
-
-def quat_yaw(q) -> float:
-    w, x, y, z = q
-    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
-
-
-def yaw_quat(yaw: float) -> np.ndarray:
-    return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
 
 
 def _mean_yaw(yaws) -> float:

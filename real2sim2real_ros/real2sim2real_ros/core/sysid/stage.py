@@ -448,7 +448,7 @@ def split_offline_bags(bags, strike_bags, arm_specs, object_specs, named: bool):
 def mean_tracked_poses(samples, ids) -> dict:
     """{id: (xyz, yaw)}: the mean position and circular-mean yaw of each of ``ids`` over
     ``samples`` ((id, xyz, quat_wxyz) triples; ids without samples are left out)."""
-    from .object_fit import quat_yaw
+    from ..geometry import quat_yaw
     acc: dict[str, list] = {}
     for oid, xyz, quat_wxyz in samples:
         acc.setdefault(oid, []).append((tuple(xyz), quat_yaw(tuple(quat_wxyz))))
