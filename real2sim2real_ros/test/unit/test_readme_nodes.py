@@ -5,7 +5,7 @@ it names is one the node declares. The README is a summary; this keeps it true."
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _sections():
