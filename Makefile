@@ -3,11 +3,12 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := scripts/env.sh
 
-.PHONY: help setup test lint demo demo-quick bench evaluate clean
+.PHONY: help setup test test-fast lint demo demo-quick bench evaluate clean
 
 help:
 	@echo "make setup   venv with pinned ROS 2 Kilted wheels + stack, colcon build (idempotent)"
 	@echo "make test    lint + every test (unit, launch, multi-process DDS integration)"
+	@echo "make test-fast  lint + the unit tier (test/unit: no node process, no ROS graph)"
 	@echo "make demo    the whole loop on the emulated cell (capture .. train .. execute .. evaluate)"
 	@echo "             CELL=drake_default (a shipped cell's name or a cell spec path) picks the cell"
 	@echo "make demo-quick  bring up the graph and execute one trajectory (under a minute)"
@@ -25,6 +26,12 @@ lint: setup
 test: setup
 	@$(ENV) bash scripts/lint.sh
 	@$(ENV) python -m pytest real2sim2real_ros/test
+
+# The unit tier: test/node (one node over the wire) and test/integration (several node
+# processes, launch files) run only in `make test`.
+test-fast: setup
+	@$(ENV) bash scripts/lint.sh
+	@$(ENV) python -m pytest real2sim2real_ros/test/unit
 
 demo: setup
 	@$(ENV) python -m real2sim2real_ros.demo $(if $(CELL),--cell-spec "$(CELL)")

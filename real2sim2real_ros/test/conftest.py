@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers.graph import package_share, start_graph
 
 # Skips expected on a machine built from requirements.txt: (node id pattern, fnmatch, relative
 # to the test folder) -> why. Anything else that skips fails the run.
@@ -100,13 +101,6 @@ def slide(robot):
     return get_task('slide_to_target', robot)
 
 
-def package_share() -> Path:
-    from ament_index_python.packages import get_package_share_directory
-    return Path(get_package_share_directory('real2sim2real_ros'))
-
-
-def launch_file(name: str) -> Path:
-    return package_share() / 'launch' / name
 
 
 @pytest.fixture(scope='session')
@@ -114,16 +108,6 @@ def share_dir() -> Path:
     """The installed package share (a missing build fails: run via `make test`)."""
     return package_share()
 
-
-def start_graph(launch_name: str, launch_args: dict, tmp_path: Path):
-    """Start one of the package's launch files through the runner (``ros2 launch`` itself is
-    exercised by the launch_pytest tests on lab machines)."""
-    from real2sim2real_ros.launch_runner import LaunchedGraph
-    env = dict(os.environ)
-    env['R2S2R_RUN_DIR'] = str(tmp_path / 'runs')
-    graph = LaunchedGraph(launch_file(launch_name), launch_args, env=env,
-                          log_dir=tmp_path / 'launch_logs')
-    return graph.start()
 
 
 @pytest.fixture(scope='module')
@@ -144,26 +128,8 @@ def emulated_bringup(share_dir, tmp_path_factory):
         assert code is not None, 'launch did not stop within 30 s'
 
 
-from real2sim2real_ros.ros.topic_listener import TopicListener  # noqa: E402,F401 - re-export for tests
 
 
-def joint_positions(cmd):
-    """The arm's measured joint positions (numpy) from /joint_states."""
-    import numpy as np
-    return np.array(cmd.joint_state().position)
-
-
-def two_point_goal(q0, delta, duration):
-    """(t, q) points of a move by ``delta`` from ``q0``: the midpoint, then the end."""
-    import numpy as np
-    q1 = q0 + np.asarray(delta)
-    return [(duration / 2, list((q0 + q1) / 2)), (duration, list(q1))]
-
-
-def arm_or_fail(cmd, wait: float = 15.0):
-    """Arm the executor (retrying while it is still waiting); the test fails if it refuses."""
-    resp = cmd.arm(wait=wait)
-    assert resp.success, resp.message
 
 
 @pytest.fixture
@@ -224,11 +190,3 @@ def lost_goal_responses(monkeypatch):
         original(self, *args, **kwargs)
         return Future()
     monkeypatch.setattr(ActionClient, 'send_goal_async', send_and_lose)
-
-
-def wait_future(future, timeout: float) -> bool:
-    """True once an rclpy future finishes, False after ``timeout`` seconds."""
-    import threading
-    done = threading.Event()
-    future.add_done_callback(lambda _f: done.set())
-    return done.wait(timeout)

@@ -23,6 +23,8 @@ MANIFEST = 'manifest.json'
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file and rename (never half-written); returns the
+    path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
@@ -39,10 +41,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; returns the path."""
     return atomic_write_bytes(path, text.encode())
 
 
 def atomic_write_json(path: str | os.PathLike, obj) -> Path:
+    """Write ``obj`` as indented, key-sorted JSON to ``path`` atomically; returns the path."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + '\n')
 
 
@@ -74,6 +78,7 @@ def _rmtree(p: Path):
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of the file at ``path``, read in ``chunk``-byte blocks."""
     h = hashlib.sha256()
     with open(path, 'rb') as f:
         while block := f.read(chunk):
@@ -115,6 +120,7 @@ class StageRecord:
     started: float = field(default_factory=time.time)
 
     def add_output(self, key: str, path: str | os.PathLike):
+        """Record output ``key``: the resolved path and, for a file, its SHA-256."""
         p = Path(path)
         self.outputs[key] = {
             'path': str(p.resolve()),
@@ -122,6 +128,8 @@ class StageRecord:
         }
 
     def finish(self) -> Path:
+        """Write this stage's manifest (inputs, parameters, outputs, times) atomically; returns its
+        path."""
         finished = time.time()
         return atomic_write_json(self.folder / MANIFEST, {
             'stage': self.stage,
@@ -163,5 +171,7 @@ class RunDirectory:
                       if (p / MANIFEST).is_file())
 
     def latest(self, stage: str) -> dict | None:
+        """The manifest (dict) of the newest completed run of ``stage``, or None when there
+        is none."""
         done = self.completed(stage)
         return json.loads(done[-1].read_text()) if done else None

@@ -112,6 +112,7 @@ class MessageTypes:
         self.store = get_typestore(base if base is not None else newest_store())
 
     def knows(self, msgtype: str) -> bool:
+        """True when ``msgtype`` (e.g. 'std_msgs/msg/Float64') is registered."""
         return msgtype in self.store.fielddefs
 
     def ensure(self, msgtype: str) -> None:
@@ -130,6 +131,8 @@ class MessageTypes:
         self.register(found)
 
     def register(self, typesdict) -> None:
+        """Register message definitions (name -> fields); MessageTypeError when they do
+        not parse."""
         try:
             self.store.register(typesdict)
         except TypesysError as exc:
@@ -234,10 +237,13 @@ class MessageTypes:
         return [self._build_field((inner_node, inner_arg), v) for v in items]
 
     def serialize(self, msgtype: str, value) -> bytes:
+        """CDR bytes of ``value`` (a message or a dict of its fields) as ``msgtype``."""
         msg = self.build(msgtype, value)
         return bytes(self.store.serialize_cdr(msg, msgtype))
 
     def deserialize(self, raw: bytes | memoryview, msgtype: str):
+        """The message of type ``msgtype`` in CDR bytes ``raw``; MessageTypeError on bytes that do
+        not decode."""
         self.ensure(msgtype)
         try:
             return self.store.deserialize_cdr(raw, msgtype)
@@ -373,6 +379,7 @@ class BagWriter:
     # -- lifecycle ------------------------------------------------------------------------
 
     def open(self) -> BagWriter:
+        """Open a new bag at ``path`` (BagError if it exists or is open); returns self."""
         if self._writer is not None:
             raise BagError(f'{self.path}: already open')
         if self.path.exists():
@@ -443,6 +450,7 @@ class BagWriter:
 
     @property
     def is_open(self) -> bool:
+        """True between open() and close()."""
         return self._writer is not None
 
     # -- topics and messages --------------------------------------------------------------
@@ -465,6 +473,7 @@ class BagWriter:
         self._topics[topic] = _Topic(connection, msgtype)
 
     def write_raw(self, topic: str, timestamp_ns: int, cdr: bytes | memoryview) -> None:
+        """Write already-serialised CDR bytes on ``topic`` (added before) at ``timestamp_ns``."""
         writer = self._require_open()
         entry = self._topics.get(topic)
         if entry is None:
@@ -478,6 +487,8 @@ class BagWriter:
             raise BagError(f'{self.path}: writing {topic} failed: {exc}') from None
 
     def write(self, topic: str, timestamp_ns: int, msg) -> None:
+        """Serialise ``msg`` (a message or a dict of its fields) and write it on ``topic`` at
+        ``timestamp_ns``."""
         entry = self._topics.get(topic)
         if entry is None:
             raise BagError(f'topic {topic!r} was not added to {self.path} (call add_topic first)')
@@ -493,6 +504,7 @@ class BagWriter:
 
 @dataclass(frozen=True)
 class TopicSummary:
+    """One topic of a bag: name, message type, message count and its offered QoS profiles."""
     name: str
     msgtype: str
     count: int
@@ -547,6 +559,7 @@ class BagReader:
     # -- context --------------------------------------------------------------------------
 
     def close(self):
+        """Close the bag (a no-op when it is closed already)."""
         if self._reader.is_open:
             self._reader.close()
 
@@ -561,6 +574,7 @@ class BagReader:
 
     @property
     def topics(self) -> dict[str, TopicSummary]:
+        """Topic name -> TopicSummary of every topic in the bag."""
         out = {}
         for conn in self._reader.connections:
             prev = out.get(conn.topic)
@@ -574,10 +588,12 @@ class BagReader:
 
     @property
     def message_count(self) -> int:
+        """Number of messages in the bag, all topics."""
         return self._reader.message_count
 
     @property
     def start_ns(self) -> int | None:
+        """Timestamp (ns) of the first message, or None for an empty bag."""
         return self._reader.start_time if self._reader.message_count else None
 
     @property
@@ -587,10 +603,12 @@ class BagReader:
 
     @property
     def duration_ns(self) -> int:
+        """End minus start timestamp in ns (0 for an empty bag)."""
         return (self.end_ns - self.start_ns) if self._reader.message_count else 0
 
     @property
     def storage(self) -> str:
+        """The bag's storage format: 'mcap' or 'sqlite3'."""
         storages = getattr(self._reader.storage, 'storages', None)
         if storages:
             return 'mcap' if type(storages[0]).__name__.lower().startswith('mcap') else 'sqlite3'
@@ -598,6 +616,7 @@ class BagReader:
 
     @property
     def files(self) -> list[Path]:
+        """The bag's data files (.mcap / .db3 / .zstd), sorted."""
         if self.path.is_file():
             return [self.path]
         return sorted(p for p in self.path.iterdir() if p.suffix in ('.mcap', '.db3', '.zstd'))
@@ -652,6 +671,8 @@ class BagReader:
         return str(files[0]) if len(files) == 1 else str(self.path)
 
     def deserialize(self, raw: bytes | memoryview, msgtype: str):
+        """The message of type ``msgtype`` in CDR bytes ``raw`` (types the bag does not define come
+        from the fallback store)."""
         if not self.types.knows(msgtype):
             self._copy_from_fallback(msgtype)
         return self.types.deserialize(raw, msgtype)

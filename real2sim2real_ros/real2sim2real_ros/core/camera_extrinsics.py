@@ -34,12 +34,14 @@ class ExtrinsicsError(ValueError):
 
 @dataclass(frozen=True)
 class CameraMount:
+    """A camera's mount: its optical frame in the world, or on robot link ``link`` (4x4, m)."""
     name: str
     T_parent_camera: np.ndarray     # 4x4, optical frame in the parent (world or `link`)
     link: str | None = None         # None = fixed in the world
 
     @property
     def moves_with_robot(self) -> bool:
+        """True when the camera rides on a robot link (its pose follows the joints)."""
         return self.link is not None
 
     def world_pose(self, link_pose: Callable[[str], np.ndarray] | None = None) -> np.ndarray:
@@ -63,6 +65,8 @@ def _look_at(eye, target) -> np.ndarray:
 
 
 def parse_mount(name: str, data) -> CameraMount:
+    """CameraMount from one ``cameras.<name>`` entry (xyz with quat_xyzw or look_at, optional link);
+    ExtrinsicsError on a bad entry."""
     where = f'cameras.{name}'
     if not isinstance(data, dict):
         raise ExtrinsicsError(f'{where}: must be a mapping with xyz and quat_xyzw or look_at')

@@ -16,15 +16,18 @@ OPTICAL_TO_MUJOCO_CAMERA = np.diag([1.0, -1.0, -1.0])
 
 
 def color_optical_frame(camera: str) -> str:
+    """TF frame name of ``camera``'s colour optical frame."""
     return f'{camera}_color_optical_frame'
 
 
 def depth_optical_frame(camera: str) -> str:
+    """TF frame name of ``camera``'s depth optical frame."""
     return f'{camera}_depth_optical_frame'
 
 
 @dataclass(frozen=True)
 class Intrinsics:
+    """Pinhole intrinsics: image size in pixels, focal lengths and principal point in pixels."""
     width: int
     height: int
     fx: float
@@ -34,6 +37,7 @@ class Intrinsics:
 
     @property
     def K(self) -> np.ndarray:  # noqa: N802 - the standard name
+        """The 3x3 camera matrix K in pixels."""
         return np.array([[self.fx, 0, self.cx], [0, self.fy, self.cy], [0, 0, 1.0]])
 
     def camera_info_fields(self) -> dict:

@@ -104,6 +104,7 @@ class JointSnapshot:
     positions: tuple[float, ...]
 
     def as_dict(self) -> dict[str, float]:
+        """Joint name -> position (rad or m) of this snapshot."""
         return dict(zip(self.names, self.positions, strict=True))
 
 
@@ -136,6 +137,7 @@ def camera_label(namespace: str) -> str:
 
 
 def topics_for(label: str) -> dict[str, str]:
+    """The topic names (colour, depth, their camera_info, ...) of the camera labelled ``label``."""
     base = f'{TOPIC_ROOT}/{label}'
     return {'color': f'{base}/color/image_raw', 'color_info': f'{base}/color/camera_info',
             'depth': f'{base}/depth/image_rect_raw', 'depth_info': f'{base}/depth/camera_info',
@@ -143,6 +145,7 @@ def topics_for(label: str) -> dict[str, str]:
 
 
 def pose_to_matrix(position, quat_xyzw) -> np.ndarray:
+    """4x4 homogeneous transform from a position (m) and an xyzw quaternion."""
     out = np.eye(4)
     out[:3, :3] = quat_xyzw_to_matrix(quat_xyzw)
     out[:3, 3] = np.asarray(position, float)
@@ -165,6 +168,8 @@ def depth_to_metres(data: np.ndarray, encoding: str, height: int, width: int) ->
 
 
 def rgb_from_image(data: np.ndarray, encoding: str, height: int, width: int) -> np.ndarray:
+    """(height, width, 3) uint8 RGB from rgb8/bgr8 image bytes; ValueError on another encoding or
+    size."""
     arr = np.frombuffer(data, dtype=np.uint8)
     if encoding not in ('rgb8', 'bgr8') or arr.size != height * width * 3:
         raise ValueError(f'colour image must be rgb8/bgr8 {height}x{width}, got {encoding!r} '

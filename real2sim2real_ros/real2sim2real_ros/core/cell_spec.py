@@ -50,6 +50,8 @@ class DepthNoiseSpec:
 
 @dataclass(frozen=True)
 class CameraSpec:
+    """One camera of a cell: image size and pinhole intrinsics (px), pose in the world, noise and
+    calibration error."""
     name: str
     width: int
     height: int
@@ -70,11 +72,13 @@ class CameraSpec:
 
     @property
     def rotation_matrix(self) -> np.ndarray:
+        """The camera's 3x3 world rotation as a numpy array."""
         return np.array(self.rotation, dtype=float)
 
 
 @dataclass(frozen=True)
 class RobotSpec:
+    """The cell's robot: URDF source, actuator gains, dynamics truth and initial joint positions."""
     urdf: str = 'default'                 # 'default', a path (relative to the spec file) or
     #                                       'example-robot-data:<robot>[+pusher]' (core/tools.py)
     kp: tuple[float, ...] | float = 800.0  # N m/rad, actuator servo stiffness
@@ -98,6 +102,7 @@ class RobotSpec:
 
 @dataclass(frozen=True)
 class TableSpec:
+    """The table: top-surface height, size and centre in the world frame (m) and its friction."""
     height: float = 0.0                    # m, z of the top surface in the world frame
     size: tuple[float, float, float] = (0.8, 1.0, 0.04)  # x, y extents and thickness, m
     center: tuple[float, float] = (0.6, 0.0)             # x, y of the top's centre, m
@@ -106,6 +111,8 @@ class TableSpec:
 
 @dataclass(frozen=True)
 class ObjectSpec:
+    """One object on the table: shape, size and pose (m, rad) and its physical truth (mass,
+    friction, ...)."""
     id: str
     shape: str
     size: tuple[float, ...]                # box: x, y, z extents; cylinder: diameter, height
@@ -119,6 +126,7 @@ class ObjectSpec:
 
     @property
     def half_height(self) -> float:
+        """Half the object's height (m): box z extent or cylinder height, over two."""
         return (self.size[2] if self.shape == 'box' else self.size[1]) / 2.0
 
     @property
@@ -131,6 +139,8 @@ class ObjectSpec:
 
 @dataclass(frozen=True)
 class ContactSpec:
+    """MuJoCo contact and solver settings of the cell (timestep s, integrator, cone, solref,
+    solimp)."""
     timestep: float = 0.001
     integrator: str = 'implicitfast'
     cone: str = 'elliptic'
@@ -158,6 +168,8 @@ class DrakeSpec:
 
 @dataclass(frozen=True)
 class CellSpec:
+    """A whole emulated cell: robot, table, objects, contact settings and cameras (the hidden
+    truth)."""
     name: str
     robot: RobotSpec
     table: TableSpec
@@ -171,12 +183,14 @@ class CellSpec:
     hidden_truth_note: str = ''
 
     def object(self, object_id: str) -> ObjectSpec:
+        """The object with id ``object_id``; KeyError when the cell has none."""
         for obj in self.objects:
             if obj.id == object_id:
                 return obj
         raise KeyError(f'no object {object_id!r} in cell {self.name!r}')
 
     def camera(self, name: str) -> CameraSpec:
+        """The camera named ``name``; KeyError when the cell has none."""
         for cam in self.cameras:
             if cam.name == name:
                 return cam

@@ -342,6 +342,7 @@ class DrakeWorld(ServoCellBase):
         return cylinder(obj.size[0] / 2, obj.size[1])
 
     def robot_urdf_path(self) -> str:
+        """Path of the robot's URDF (the default cell arm unless the spec names one)."""
         from .robot_description import default_cell_urdf
         return str(self._urdf_path or default_cell_urdf())
 
@@ -369,10 +370,12 @@ class DrakeWorld(ServoCellBase):
     # -------------------------------------------------------------------- state
     @property
     def time(self) -> float:
+        """Simulated time in s."""
         return float(self._context.get_time())
 
     @property
     def timestep(self) -> float:
+        """Integration step in s."""
         return self._dt
 
     def _vector(self, port_value, values):

@@ -332,10 +332,12 @@ class EmulatedWorld(ServoCellBase):
     # -------------------------------------------------------------------- state
     @property
     def time(self) -> float:
+        """Simulated time in s."""
         return float(self._data.time)
 
     @property
     def timestep(self) -> float:
+        """Physics timestep in s."""
         return float(self._model.opt.timestep)
 
     def reset(self):
@@ -483,6 +485,7 @@ class EmulatedWorld(ServoCellBase):
         return stamp, colour, depth
 
     def close(self):
+        """Release the renderers."""
         cache = getattr(self._renderers, 'cache', None) or {}
         for r in cache.values():
             r.close()

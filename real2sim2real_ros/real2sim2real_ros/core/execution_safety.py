@@ -102,6 +102,7 @@ class JointLimits:
         return cls(names, lower, upper, vel)
 
     def as_dict(self) -> dict:
+        """Joint name -> {'lower', 'upper', 'velocity'} limits (rad, rad/s)."""
         return {n: {'lower': float(lo), 'upper': float(hi), 'velocity': float(v)}
                 for n, lo, hi, v in zip(self.names, self.lower, self.upper, self.velocity)}
 
@@ -132,6 +133,7 @@ class Workspace:
         object.__setattr__(self, 'maximum', hi)
 
     def contains(self, p) -> bool:
+        """True when point ``p`` (m, world) lies in the box (within a small tolerance)."""
         p = np.asarray(p, dtype=float)
         return bool(np.all(p >= self.minimum - _EPS) and np.all(p <= self.maximum + _EPS))
 
@@ -148,6 +150,7 @@ class Trajectory:
 
     @property
     def duration(self) -> float:
+        """Time of the last point in s (0 for an empty trajectory)."""
         return float(self.times[-1]) if len(self.times) else 0.0
 
 
@@ -589,18 +592,23 @@ class ReferenceTrajectory:
 
     @property
     def duration(self) -> float:
+        """Time of the last point in s."""
         return float(self.times[-1])
 
     @property
     def final(self) -> np.ndarray:
+        """Joint positions of the last point (rad)."""
         return self.positions[-1]
 
     def sample(self, t: float) -> np.ndarray:
+        """Reference joint positions (rad) at time ``t`` (s) along the spline."""
         return self.spline.sample(t)[0].copy()
 
 
 @dataclass
 class TrackingSample:
+    """One tracking check: per-joint and max error (rad), progress (0..1) and whether the limit was
+    exceeded."""
     time: float
     error: np.ndarray          # |measured - reference| per joint, rad
     max_error: float           # max over joints, rad
@@ -610,6 +618,7 @@ class TrackingSample:
 
 @dataclass
 class TrackingSummary:
+    """Tracking over a whole trajectory: max, RMS and final error (rad) and the worst joint."""
     max_error: float           # rad, max over samples and joints
     rms_error: float           # rad, RMS over samples of the per-sample max-over-joints error
     final_error: float         # rad, max over joints against the last point, last sample
@@ -649,6 +658,7 @@ class TrackingMonitor:
 
     @property
     def last(self) -> TrackingSample | None:
+        """The latest TrackingSample, or None before the first update."""
         return self._last
 
     def at_goal(self) -> bool:
@@ -656,6 +666,7 @@ class TrackingMonitor:
         return self._count > 0 and self._final <= self.goal_tolerance
 
     def summary(self) -> TrackingSummary:
+        """TrackingSummary of every sample so far (final error nan before any)."""
         rms = math.sqrt(self._sum_sq / self._count) if self._count else 0.0
         worst = self.joint_names[self._worst] if 0 <= self._worst < len(self.joint_names) else ''
         final = self._final if self._count else float('nan')

@@ -216,6 +216,7 @@ class Spline:
 
     @property
     def end_time(self) -> float:
+        """Time of the last knot in s."""
         return float(self.knots[-1])
 
     def sample(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -337,14 +338,17 @@ class Trajectory:
 
     @property
     def knots(self) -> np.ndarray:
+        """Knot times of the spline (s)."""
         return self.spline.knots
 
     @property
     def coeffs(self) -> np.ndarray:
+        """Polynomial coefficients of the spline, one set per segment and joint."""
         return self.spline.coeffs
 
     @property
     def end_time(self) -> float:
+        """Time of the last point in s."""
         return self.spline.end_time
 
     def sample(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -414,6 +418,7 @@ class TrajectoryFollower:
         self._active = self._hold_at(np.asarray(position, float), now)
 
     def sample(self, t: float):
+        """Reference (position, velocity, acceleration) of the trajectory in force at time ``t``."""
         return self._current(t).sample(t)
 
     def is_done(self, t: float) -> bool:

@@ -60,17 +60,21 @@ class PlanError(ValueError):
 
 @dataclass
 class Artifact:
+    """A stage's output: stage name, its folder, the path the next stages consume and
+    its manifest."""
     stage: str                 # loop stage name
     folder: Path               # the stage folder
     path: Path                 # what the next stages consume
     manifest: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """The artifact as a JSON-ready dict (stage, folder, path)."""
         return {'stage': self.stage, 'folder': str(self.folder), 'path': str(self.path)}
 
 
 @dataclass
 class StagePlan:
+    """One stage's decision in a loop plan: run or skip, the artifact a skip reuses, and why."""
     stage: str
     skip: bool
     artifact: Artifact | None  # the artifact a skipped stage uses
@@ -210,11 +214,13 @@ def given_goals(values: Sequence[float]) -> list[tuple[float, float, float]]:
 # ---------------------------------------------------------------------------- results
 @dataclass
 class SuccessCount:
+    """Successes out of trials, with a 95% interval."""
     trials: int
     successes: int
 
     @property
     def rate(self) -> float:
+        """Successes / trials (nan with no trials)."""
         return self.successes / self.trials if self.trials else math.nan
 
     def interval(self, z: float = 1.96) -> tuple[float, float]:
@@ -229,6 +235,7 @@ class SuccessCount:
         return max(0.0, mid - half), min(1.0, mid + half)
 
     def to_dict(self) -> dict:
+        """The count as a JSON-ready dict: trials, successes, success_rate, interval_95."""
         lo, hi = self.interval()
         return {'trials': self.trials, 'successes': self.successes, 'success_rate': self.rate,
                 'interval_95': [lo, hi]}

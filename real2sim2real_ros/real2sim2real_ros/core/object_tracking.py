@@ -93,10 +93,12 @@ class TrackedObjectModel:
 
     @property
     def height(self) -> float:
+        """Object height in m (z extent)."""
         return self.extents[2]
 
     @property
     def half_diagonal(self) -> float:
+        """Half the diagonal of the object's footprint in m."""
         return 0.5 * float(np.hypot(self.extents[0], self.extents[1]))
 
     @property
@@ -109,6 +111,8 @@ class TrackedObjectModel:
 
 @dataclass
 class TrackedPose:
+    """One tracked object: centre (m, world), yaw (rad) with its quaternion, and the inlier count
+    behind it."""
     id: str
     position: np.ndarray          # (3,) world, m: the object's centre
     quat_wxyz: np.ndarray         # (4,) rotation about world z by ``yaw``
@@ -119,6 +123,8 @@ class TrackedPose:
 
 @dataclass
 class TrackingResult:
+    """One frame's tracking: the poses found, why each missing id is missing, and step
+    timings (s)."""
     poses: dict[str, TrackedPose]                 # found objects only
     missing: dict[str, str]                       # id -> why it is not reported
     timings: dict[str, float] = field(default_factory=dict)   # s: steps, 'total', 'cpu'
@@ -127,6 +133,8 @@ class TrackingResult:
 
 @dataclass
 class TrackerConfig:
+    """Tracker settings: depth-noise model, table margins, inlier and fit thresholds (m unless
+    named)."""
     min_margin: float = 0.006          # m above the table: lowest point kept
     noise_coefficient: float = 0.0042  # sigma_z = c z^2 (1/m): D435 subpixel 0.08 / (383 px 5 cm)
     margin_sigmas: float = 2.5         # table noise kept out: margin = max(min, k sigma_world_z)

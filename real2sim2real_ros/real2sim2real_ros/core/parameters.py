@@ -78,6 +78,7 @@ def split_name(name: str) -> tuple[str, str, str]:
 
 
 def default_unit(name: str) -> str:
+    """The default unit of a parameter from its name's last part ('' when none is known)."""
     return _UNITS.get(split_name(name)[2], '')
 
 
@@ -123,6 +124,8 @@ class ParameterSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> ParameterSpec:
+        """ParameterSpec from a dict with name and optional prior/lower/upper/unit/scale;
+        ParameterError on a bad one."""
         if not isinstance(d, dict) or 'name' not in d:
             raise ParameterError(f'a parameter declaration needs a name: {d!r}')
         known = {'name', 'prior', 'lower', 'upper', 'unit', 'scale'}
@@ -170,9 +173,11 @@ class ParameterEstimate:
 
     @property
     def half_width(self) -> float:
+        """Half the width of the 95% interval."""
         return 0.5 * (self.upper_95 - self.lower_95)
 
     def contains(self, value: float) -> bool:
+        """True when ``value`` lies in the 95% interval."""
         return self.lower_95 <= value <= self.upper_95
 
 
@@ -192,6 +197,8 @@ class EstimateBook:
 
     def record(self, name: str, value: float, lower_95: float, upper_95: float, prior: float,
                identified: bool, unit: str = ''):
+        """Keep what was said about ``name``: its interval (when it holds ``value`` and has a
+        width), prior (when ``identified``), unit and identified flag."""
         bounded = lower_95 <= value <= upper_95 and lower_95 < upper_95
         self._by_name[name] = ParameterEstimate(
             name, value, lower_95 if bounded else value, upper_95 if bounded else value,
@@ -199,6 +206,8 @@ class EstimateBook:
             bool(identified))
 
     def describe(self, name: str, value: float) -> ParameterEstimate:
+        """The ParameterEstimate of ``name`` at its current ``value``: the recorded interval, or
+        [value, value] with the twin's prior when nothing was recorded."""
         est = self._by_name.get(name)
         if est is None:
             return ParameterEstimate(name, float(value), float(value), float(value),
@@ -232,24 +241,29 @@ class ParameterSet:
         return len(self.estimates)
 
     def add(self, est: ParameterEstimate) -> None:
+        """Add (or replace) the estimate ``est``; ParameterError on a malformed name."""
         split_name(est.name)
         self.estimates[est.name] = est
 
     def values(self) -> dict[str, float]:
+        """Parameter name -> estimated value."""
         return {n: e.value for n, e in self.estimates.items()}
 
     @classmethod
     def from_priors(cls, specs: list[ParameterSpec]) -> ParameterSet:
+        """A set holding each spec's prior as its value (and interval), marked not identified."""
         out = cls()
         for s in specs:
             out.add(ParameterEstimate(s.name, s.prior, s.prior, s.prior, s.prior, s.unit, False))
         return out
 
     def to_dict(self) -> dict:
+        """The set as a JSON/YAML-ready dict: {'parameters': [estimate dicts]}."""
         return {'parameters': [asdict(e) for e in self.estimates.values()]}
 
     @classmethod
     def from_dict(cls, d: dict) -> ParameterSet:
+        """ParameterSet from a {'parameters': [...]} dict; ParameterError on a malformed one."""
         items = d.get('parameters') if isinstance(d, dict) else None
         if not isinstance(items, list):
             raise ParameterError("a parameter set needs a 'parameters' list")
@@ -271,6 +285,7 @@ class ParameterSet:
 
     @classmethod
     def load(cls, path) -> ParameterSet:
+        """ParameterSet from a YAML/JSON file; ParameterError when it cannot be read or parsed."""
         path = Path(path)
         try:
             return cls.from_dict(yaml.safe_load(path.read_text()))

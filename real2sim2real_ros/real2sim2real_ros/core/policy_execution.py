@@ -98,6 +98,8 @@ class ObjectPose:
 
     @classmethod
     def from_xyz_quat(cls, xyz, quat_wxyz, stamp: float = 0.0) -> ObjectPose:
+        """ObjectPose from a position (m) and a wxyz quaternion; ExecutionError when either is not
+        finite or the quaternion is zero."""
         p = np.asarray(xyz, float).reshape(3)
         q = np.asarray(quat_wxyz, float).reshape(4)
         n = float(np.linalg.norm(q))
@@ -109,14 +111,17 @@ class ObjectPose:
 
     @property
     def xy(self) -> np.ndarray:
+        """The object's x, y in m (world)."""
         return self.position[:2].copy()
 
     @property
     def z(self) -> float:
+        """The object's centre height in m (world)."""
         return float(self.position[2])
 
     @property
     def yaw(self) -> float:
+        """The object's yaw in rad."""
         return quat_yaw(self.quat)
 
     @property
@@ -130,6 +135,8 @@ class ObjectPose:
 
 @dataclass
 class LoadedPolicy:
+    """A checkpoint ready to run: its path, task, deterministic policy (observation -> action) and
+    config."""
     path: Path
     task: object                                   # a core.tasks Task
     policy: Callable[[np.ndarray], np.ndarray]     # observation -> action (deterministic)
@@ -139,10 +146,12 @@ class LoadedPolicy:
 
     @property
     def task_name(self) -> str:
+        """Name of the checkpoint's task."""
         return self.task.name
 
     @property
     def scripted(self) -> bool:
+        """True for a scripted-demonstrator checkpoint (no network)."""
         return self.config.get('format') == SCRIPTED_FORMAT
 
 
@@ -271,6 +280,8 @@ class SafetyGate:
 
     def validate(self, traj: es.Trajectory, current_position, what: str = 'trajectory'
                  ) -> es.ValidatedTrajectory:
+        """The executor's checks on ``traj`` from ``current_position``; ExecutionError naming
+        ``what`` when it fails."""
         try:
             return es.validate_trajectory(
                 traj, self.limits, current_position, velocity_scale=self.velocity_scale,
@@ -282,6 +293,7 @@ class SafetyGate:
                                  f'{what}: {v.message}') from None
 
     def check_goal_xy(self, xy, what: str = 'goal') -> None:
+        """ExecutionError (WORKSPACE_VIOLATION) when goal ``xy`` (m) lies outside the workspace."""
         lo, hi = self.workspace.minimum, self.workspace.maximum
         x, y = (float(v) for v in xy)
         if not (lo[0] <= x <= hi[0] and lo[1] <= y <= hi[1]):
@@ -295,6 +307,8 @@ class SafetyGate:
 
 @dataclass
 class ExecutionSettings:
+    """How policy actions become motion: approach height (m), speed fractions and tip speed (m/s),
+    timings."""
     approach_height: float = 0.10            # m above the task's table for moves between poses
     approach_velocity_fraction: float = 0.3  # of the (scaled) joint velocity limits
     approach_tip_speed: float = 0.15         # m/s, straight-line tool moves (lift, descent)
@@ -322,6 +336,7 @@ class Motion:
 
     @property
     def duration(self) -> float:
+        """Duration of the motion's trajectory in s."""
         return self.trajectory.duration
 
 
@@ -451,6 +466,7 @@ class PolicyEpisode:
 
     @property
     def object_id(self) -> str:
+        """Id of the object the task acts on."""
         return self.task.object_id
 
     def _act(self, obs, pose: ObjectPose | None = None) -> np.ndarray:
@@ -497,6 +513,8 @@ class PolicyEpisode:
 
     # The interface the executor drives.
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
+        """The motions that start the episode from joints ``q_current`` with the object
+        at ``pose``."""
         raise NotImplementedError
 
     def step(self, pose: ObjectPose) -> Motion | None:
@@ -504,20 +522,26 @@ class PolicyEpisode:
         return None
 
     def state(self, pose: ObjectPose) -> dict:
+        """The task state (dict) for the object at ``pose``."""
         raise NotImplementedError
 
     def success(self, pose: ObjectPose) -> bool:
+        """True when the task counts the object at ``pose`` as a success."""
         return bool(self.task.success(self.state(pose)))
 
     def error(self, pose: ObjectPose) -> float:
+        """Task error (m) for the object at ``pose``."""
         return float(self.task.error(self.state(pose)))
 
     def summary(self) -> dict:
+        """The episode as a dict: task, object, steps, goal, done reason, observations
+        and actions."""
         return {'task': self.task.name, 'object_id': self.object_id, 'steps': self.steps,
                 'goal': self.goal_description(), 'done_reason': self.done_reason,
                 'observations': self.observations, 'actions': self.actions}
 
     def goal_description(self) -> dict:
+        """The episode's goal as a JSON-ready dict (empty by default)."""
         return {}
 
 
@@ -547,9 +571,11 @@ class SlideEpisode(PolicyEpisode):
         return self.goal_xy
 
     def goal_vector(self) -> list[float]:
+        """The goal as a list of floats (x, y in m; empty when none)."""
         return [] if self.goal_xy is None else [float(v) for v in self.goal_xy]
 
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
+        """The strike's motions from ``q_current`` towards the goal for the object at ``pose``."""
         goal = self._resolve_goal(pose)
         reset = ResetSample(pose.xy, pose.yaw, goal.copy())
         obs = self.task.observation(self.task.initial_state(reset))
@@ -578,10 +604,12 @@ class SlideEpisode(PolicyEpisode):
         return [approach, strike]
 
     def state(self, pose: ObjectPose) -> dict:
+        """slide_to_target's state for the object at ``pose``."""
         return {'object_xy': pose.xy, 'object_z': pose.z, 'object_yaw': pose.yaw,
                 'goal_xy': self.goal_xy, 'object_up_z': pose.up_z}
 
     def goal_description(self) -> dict:
+        """Goal x, y (m) and, once planned, the strike heading (rad)."""
         out = {'goal_xy': None if self.goal_xy is None else [float(v) for v in self.goal_xy]}
         if self.plan is not None:
             out['strike_heading'] = float(self.plan['strike_heading'])
@@ -618,6 +646,8 @@ class PushEpisode(PolicyEpisode):
                 f'[{lo_x}, {hi_x}], y [{lo_y}, {hi_y}]')
 
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
+        """The approach motions to the pushing start for the object at ``pose``,
+        from ``q_current``."""
         c = self.task.cfg
         rng = self.loaded.goal_rng    # a scripted demonstrator: the task's goal distribution
         if self.goal_xy is None:
@@ -637,11 +667,13 @@ class PushEpisode(PolicyEpisode):
         return [self._approach(q_current, self.q)]
 
     def state(self, pose: ObjectPose) -> dict:
+        """push_to_pose's state for the object at ``pose`` (with the tool tip's x, y)."""
         return {'object_xy': pose.xy, 'object_z': pose.z, 'object_yaw': pose.yaw,
                 'goal_xy': self.goal_xy, 'goal_yaw': self.goal_yaw,
                 'tip_xy': None if self.tip is None else self.tip.copy()}
 
     def step(self, pose: ObjectPose) -> Motion | None:
+        """The next push motion for the object at ``pose``, or None when the episode is done."""
         if self.tip is None:
             raise RuntimeError('PushEpisode.step before start')
         state = self.state(pose)
@@ -664,12 +696,14 @@ class PushEpisode(PolicyEpisode):
         return Motion(f'step {self.steps}', traj, wait_at_goal=False)
 
     def goal_vector(self) -> list[float]:
+        """The goal as a list of floats: x, y (m) and yaw (rad) when set."""
         if self.goal_xy is None:
             return []
         return [float(v) for v in self.goal_xy] + ([] if self.goal_yaw is None
                                                    else [float(self.goal_yaw)])
 
     def goal_description(self) -> dict:
+        """Goal x, y (m), goal yaw (rad) and the IK failures so far."""
         return {'goal_xy': None if self.goal_xy is None else [float(v) for v in self.goal_xy],
                 'goal_yaw': self.goal_yaw, 'ik_failures': self.ik_failures}
 
@@ -718,6 +752,8 @@ class PoseBuffer:
         return p
 
     def describe_missing(self, topic: str, timeout: float) -> str:
+        """One line saying why no usable pose of the object arrived on ``topic`` within ``timeout``
+        s."""
         if self.messages == 0:
             return f'no message on {topic} within {timeout:.2f} s (is the object tracker running?)'
         if self.pose is None:

@@ -97,6 +97,8 @@ class ActuatorGains:
 
     @classmethod
     def from_value(cls, value: ActuatorGains | dict | None) -> ActuatorGains:
+        """ActuatorGains from None (defaults), an ActuatorGains or a dict; RobotDescriptionError on
+        a bad one."""
         if value is None:
             return cls()
         if isinstance(value, cls):
@@ -114,6 +116,7 @@ class ActuatorGains:
         return gains
 
     def validate(self) -> None:
+        """RobotDescriptionError when a gain is not finite or negative."""
         for name in ('kp', 'kv', 'armature'):
             v = getattr(self, name)
             if v is not None and (not math.isfinite(v) or v < 0):
@@ -148,6 +151,7 @@ class JointInfo:
 
     @property
     def actuated(self) -> bool:
+        """True for a moving, non-mimic joint."""
         return self.type in _ACTUATED_TYPES and self.mimic is None
 
 
@@ -216,6 +220,7 @@ class RobotDescription:
 
     @property
     def n_joints(self) -> int:
+        """Number of actuated joints."""
         return len(self.joint_names)
 
     def compile(self) -> mujoco.MjModel:
@@ -260,6 +265,7 @@ class RobotDescription:
         return data.xpos[body].copy(), data.xquat[body].copy()
 
     def within_limits(self, q, tol: float = 0.0) -> bool:
+        """True when every joint position in ``q`` is within its limits (+/- ``tol``)."""
         q = np.asarray(q, dtype=float).reshape(-1)
         return bool(np.all(q >= self.lower - tol) and np.all(q <= self.upper + tol))
 

@@ -49,6 +49,7 @@ class SceneError(ValueError):
 
 @dataclass
 class SceneObject:
+    """One object of the training scene: id, shape, full extents (m), mass (kg) and friction."""
     id: str
     shape: str                                   # box | cylinder | mesh
     size: tuple[float, float, float]             # full extents, m

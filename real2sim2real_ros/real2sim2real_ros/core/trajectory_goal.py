@@ -163,6 +163,7 @@ class Outcome:
 
     @property
     def succeeded(self) -> bool:
+        """True when the goal's outcome code is SUCCESSFUL."""
         return self.code == SUCCESSFUL
 
 

@@ -124,11 +124,13 @@ class TruthDoor:
     # ---------------------------------------------------------------- report
     @property
     def leaks(self) -> list[dict]:
+        """Each undeclared truth read: what, reader and count."""
         with self._lock:
             return [{'what': w, 'reader': r, 'count': n}
                     for (w, r), n in sorted(self._leaks.items())]
 
     def report(self) -> dict:
+        """The door's ledger: allowed reads per purpose, declared reads and leaks."""
         with self._lock:
             allowed: dict = {}
             for (purpose, what), n in sorted(self._allowed.items()):
@@ -138,6 +140,7 @@ class TruthDoor:
         return {'allowed': allowed, 'declared': declared, 'leaks': self.leaks}
 
     def clear(self) -> None:
+        """Forget every recorded read."""
         with self._lock:
             self._allowed.clear()
             self._declared_reads.clear()

@@ -193,6 +193,7 @@ class Twin:
     # ------------------------------------------------------------------ parameters
     @property
     def timestep(self) -> float:
+        """Physics timestep in s."""
         return float(self.model.opt.timestep)
 
     def parameter_names(self) -> list[str]:
@@ -325,13 +326,16 @@ class Twin:
                 'gravity_compensation': self.gravity_compensation}
 
     def get_parameter(self, name: str) -> float:
+        """Current value of twin parameter ``name`` (SI units)."""
         return self._read(self.model, self._resolve(name), self._extra())
 
     def get_parameters(self, names=None) -> dict[str, float]:
+        """Parameter name -> current value for ``names`` (default: all)."""
         names = self.parameter_names() if names is None else names
         return {n: self.get_parameter(n) for n in names}
 
     def set_parameter(self, name: str, value: float) -> None:
+        """Set twin parameter ``name`` to ``value`` (SI units)."""
         self.set_parameters({name: value})
 
     def set_parameters(self, values: dict[str, float]) -> None:
@@ -434,6 +438,7 @@ class Twin:
             raise UnstableTwinError(f'twin diverged before t={t_end:.4f} s')
 
     def joint_positions(self) -> np.ndarray:
+        """The arm's joint positions (rad)."""
         return self.data.qpos[self._qadr].copy()
 
     # ------------------------------------------------------------------ rollouts
@@ -585,6 +590,7 @@ class Twin:
                     f"outside its limits, at t={(k + 1) * dt:.4f} s")
 
     def close(self) -> None:
+        """Close the rollout worker pools."""
         for pool in self._pools.values():
             pool.close()
         self._pools.clear()

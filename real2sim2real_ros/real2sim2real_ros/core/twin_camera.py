@@ -91,6 +91,7 @@ class TwinCamera:
         return self.render_pixels(depth)
 
     def close(self) -> None:
+        """Release the renderer."""
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None

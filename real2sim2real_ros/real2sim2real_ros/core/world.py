@@ -46,13 +46,16 @@ class CellWorld(Protocol):
     robot: object          # .urdf_text, .lower, .upper, .velocity_limits, .effort_limits
 
     @property
-    def spec(self) -> CellSpec: ...          # hidden truth
+    def spec(self) -> CellSpec:
+        """The cell spec (hidden truth: evaluators only)."""
 
     @property
-    def time(self) -> float: ...
+    def time(self) -> float:
+        """Simulated time in s."""
 
     @property
-    def timestep(self) -> float: ...
+    def timestep(self) -> float:
+        """Physics timestep in s."""
 
     def reset(self) -> None:
         """Robot at its initial positions, objects at their spec poses, time 0."""
@@ -61,33 +64,66 @@ class CellWorld(Protocol):
         """Advance by ``duration`` (whole steps); returns the number of steps."""
 
     # sensing (what a real cell publishes)
-    def joint_positions(self) -> np.ndarray: ...
-    def joint_velocities(self) -> np.ndarray: ...
-    def joint_efforts(self) -> np.ndarray: ...
-    def controller_state(self) -> dict: ...
+    def joint_positions(self) -> np.ndarray:
+        """Measured joint positions (rad)."""
+
+    def joint_velocities(self) -> np.ndarray:
+        """Measured joint velocities (rad/s)."""
+
+    def joint_efforts(self) -> np.ndarray:
+        """Measured joint efforts (N m)."""
+
+    def controller_state(self) -> dict:
+        """JTC-style state: reference (p, v, a), feedback (measured p, v), error = ref - fb."""
 
     # control (JTC semantics, core/joint_trajectory.py)
-    def set_trajectory(self, cmd: JointTrajectoryCommand, now: float | None = None): ...
-    def hold(self) -> None: ...
-    def trajectory_done(self) -> bool: ...
-    def actuator_setpoint(self) -> np.ndarray: ...
+    def set_trajectory(self, cmd: JointTrajectoryCommand, now: float | None = None):
+        """Follow ``cmd`` with JTC semantics from time ``now`` (s, default: the cell's time)."""
+
+    def hold(self) -> None:
+        """Stop: hold the current (true) position from now on."""
+
+    def trajectory_done(self) -> bool:
+        """True once the follower has finished its trajectory."""
+
+    def actuator_setpoint(self) -> np.ndarray:
+        """Position setpoint (rad) the servos see now, after the latency."""
 
     # objects (truth and the evaluator's hands)
     @property
-    def object_ids(self) -> list[str]: ...
-    def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]: ...
-    def push_object(self, object_id: str, dv_xy) -> None: ...
-    def hidden_truth(self, joint_names: list[str] | None = None) -> dict[str, float]: ...
-    def reset_objects(self, ids=None, poses=None) -> None: ...
-    def true_joint_positions(self) -> np.ndarray: ...
+    def object_ids(self) -> list[str]:
+        """Ids of the cell's objects."""
+
+    def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """TRUE object poses {id: (xyz m, quat wxyz)}: evaluator only, through the truth door."""
+
+    def push_object(self, object_id: str, dv_xy) -> None:
+        """A disturbance: add the planar velocity ``dv_xy`` (m/s) to object ``object_id``."""
+
+    def hidden_truth(self, joint_names: list[str] | None = None) -> dict[str, float]:
+        """The spec's hidden parameters by name (identification targets; through the door)."""
+
+    def reset_objects(self, ids=None, poses=None) -> None:
+        """Put objects ``ids`` (default: all) at their spec poses, or at ``poses`` [(xyz, wxyz)]."""
+
+    def true_joint_positions(self) -> np.ndarray:
+        """Noise-free joint positions (rad; evaluator / tests only, through the truth door)."""
 
     # cameras
-    def camera_spec(self, name: str) -> CameraSpec: ...
-    def intrinsics(self, name: str) -> camera_model.Intrinsics: ...
-    def render(self, camera: str, noise: bool = True) -> tuple[np.ndarray, np.ndarray]: ...
-    def render_with_time(self, camera: str, noise: bool = True): ...
+    def camera_spec(self, name: str) -> CameraSpec:
+        """The CameraSpec of camera ``name``."""
 
-    def close(self) -> None: ...
+    def intrinsics(self, name: str) -> camera_model.Intrinsics:
+        """Pinhole intrinsics of camera ``name``."""
+
+    def render(self, camera: str, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(rgb uint8 HxWx3, depth float32 m, NaN = hole) from ``camera``; noise=False: clean."""
+
+    def render_with_time(self, camera: str, noise: bool = True):
+        """(world time of the snapshot s, rgb, depth) from ``camera``: the stamp a driver uses."""
+
+    def close(self) -> None:
+        """Release the cell's renderers and other resources."""
 
 
 class ServoCellBase:
@@ -101,14 +137,17 @@ class ServoCellBase:
     """
 
     def joint_positions(self) -> np.ndarray:
+        """Measured joint positions (rad)."""
         with self.lock:
             return self._measured[0].copy()
 
     def joint_velocities(self) -> np.ndarray:
+        """Measured joint velocities (rad/s)."""
         with self.lock:
             return self._measured[1].copy()
 
     def joint_efforts(self) -> np.ndarray:
+        """Measured joint efforts (N m)."""
         with self.lock:
             return self._measured[2].copy()
 
@@ -118,6 +157,7 @@ class ServoCellBase:
             return self.follower.set_trajectory(cmd, self.time if now is None else now)
 
     def trajectory_done(self) -> bool:
+        """True once the trajectory's last point is reached."""
         with self.lock:
             return self.follower.is_done(self.time)
 
@@ -138,6 +178,7 @@ class ServoCellBase:
             return self._applied_q.copy()
 
     def intrinsics(self, name: str) -> camera_model.Intrinsics:
+        """Pinhole intrinsics of camera ``name`` from the spec."""
         c = self._spec.camera(name)
         return camera_model.Intrinsics(c.width, c.height, c.fx, c.fy, c.cx, c.cy)
 

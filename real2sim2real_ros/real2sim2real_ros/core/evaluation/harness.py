@@ -51,6 +51,8 @@ CLOSED_LOOP_SELECT_TRIALS = 30
 
 @dataclass
 class HarnessConfig:
+    """Budgets and settings of one harness run per cell: task, trials, seed, probes, views,
+    training."""
     task: str = 'slide_to_target'
     trials: int = 20
     seed: int = 0
@@ -75,6 +77,8 @@ class HarnessConfig:
                              f'{self.observation!r}')
 
     def train_config(self, seed: int, closed_loop: bool = False):
+        """The policies pipeline's TrainConfig for ``seed`` from this config's
+        ``train`` overrides."""
         from ..policies.pipeline import TrainConfig
         from ..policies.ppo import PPOConfig
         kw = dict(self.train)
@@ -366,6 +370,8 @@ PINNED_HALF_WIDTH = 0.10     # relative 95% half-width of a pinned parameter
 
 
 def summarize(cells: list[dict]) -> dict:
+    """Summary figures (counts, success rates, identification and reconstruction errors) over the
+    per-cell results ``cells``."""
     from .reasons import REASONS
     ok = [c for c in cells if 'error' not in c]
     out: dict = {'cells': len(cells), 'cells_failed': len(cells) - len(ok),

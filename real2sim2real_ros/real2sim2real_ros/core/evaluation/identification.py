@@ -23,6 +23,7 @@ from ..sysid.stage import FitSettings
 
 
 def identification_config_path() -> Path:
+    """Path of config/identification.yaml: the source tree's, else the installed package share's."""
     here = Path(__file__).resolve().parents[3] / 'config' / 'identification.yaml'
     if here.exists():
         return here
@@ -57,19 +58,24 @@ class CellStrikes:
         self.world, self.tracker, self.object_id = world, tracker, object_id
 
     def before_strike(self, _index: int) -> None:
+        """Put the struck object back at its spec pose before strike ``_index``."""
         # The evaluator puts the box back where the cell spec has it before each strike (an
         # operator would; the live node instead alternates headings so the box comes back).
         self.world.reset_objects([self.object_id])
         self.world.step_for(0.2)
 
     def tracked_poses(self, ids) -> dict:
+        """Object id -> tracked pose for the ids in ``ids`` that the tracker sees now."""
         from .object_identification import tracked_now
         return {k: v for k, v in tracked_now(self.world, self.tracker).items() if k in ids}
 
     def current_positions(self):
+        """The arm's measured joint positions (rad)."""
         return self.world.joint_positions()
 
     def strike(self, plan, index: int, info: dict):
+        """Execute strike ``index`` of ``plan`` on the cell and return its StrikeRecording (joints
+        and object tracks)."""
         from ..sysid.object_fit import StrikeRecording
         from .object_identification import execute
         rec, tracks = execute(self.world, plan.probe, self.tracker)

@@ -54,6 +54,7 @@ class TrackedObservation:
         self.missed: dict[str, int] = {}    # the tracker's reason -> frames without the object
 
     def config(self) -> dict:
+        """The observation model's settings and missed-frame counts, as a dict for the report."""
         return {'source': self.source, 'rate_hz': self.rate, 'latency_s': self.latency,
                 'timeout_s': self.timeout, 'camera': self.tracker.camera,
                 'missed_frames_by_reason': dict(self.missed)}

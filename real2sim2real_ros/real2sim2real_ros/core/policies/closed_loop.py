@@ -32,6 +32,7 @@ from .rollouts import Episode, EpisodeRunner
 
 @dataclass
 class ClosedLoopConfig:
+    """Closed-loop training settings: network size, DAgger and PPO settings, episode workers."""
     hidden: tuple = (256, 256)
     dagger: DaggerConfig = field(default_factory=DaggerConfig)
     ppo: ClosedLoopPPOConfig = field(default_factory=ClosedLoopPPOConfig)

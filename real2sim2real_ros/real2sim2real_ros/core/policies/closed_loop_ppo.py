@@ -28,6 +28,8 @@ from .rollouts import Episode, EpisodeJob, EpisodeRunner
 
 @dataclass
 class ClosedLoopPPOConfig:
+    """Multi-step PPO settings: iterations, episodes and epochs per batch, learning
+    rates, discount."""
     iterations: int = 12
     episodes: int = 32              # per iteration
     epochs: int = 8                 # passes over each batch

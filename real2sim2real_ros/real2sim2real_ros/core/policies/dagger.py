@@ -30,6 +30,8 @@ from .rollouts import Episode, EpisodeJob, EpisodeRunner
 
 @dataclass
 class DaggerConfig:
+    """DAgger settings: rounds, learner episodes per round, expert share beta and
+    exploration noise."""
     rounds: int = 6
     episodes: int = 40            # learner episodes per round
     beta: float = 0.5             # expert share of the first round's ticks; halves each round
@@ -48,6 +50,7 @@ class DaggerConfig:
 
 @dataclass
 class DaggerHistory:
+    """Per-round DAgger figures: learner success rate, aggregate size, BC loss, and episodes run."""
     learner_success: list = field(default_factory=list)   # per round, the rollouts' rate
     samples: list = field(default_factory=list)           # aggregate size after each round
     bc_loss: list = field(default_factory=list)
@@ -100,6 +103,7 @@ def _moving(observations: np.ndarray, distance: float) -> np.ndarray:
 
 
 def expert_jobs(task, n: int, rng: np.random.Generator, randomization=None) -> list[EpisodeJob]:
+    """``n`` expert episode jobs with resets (and randomised parameters) drawn from ``rng``."""
     return [EpisodeJob(task.sample_reset(rng),
                        randomization.sample(rng) if randomization is not None else {},
                        int(rng.integers(2 ** 31)), actor='expert', label=True)

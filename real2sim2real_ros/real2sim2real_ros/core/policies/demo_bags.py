@@ -54,6 +54,7 @@ class DemoEpisode:
 
     @property
     def steps(self) -> int:
+        """Number of recorded steps (actions) in the episode."""
         return len(self.actions)
 
 

@@ -12,6 +12,8 @@ import numpy as np
 
 @dataclass
 class EvaluationResult:
+    """An evaluation's figures: task, backend, trials, successes and rate, and the final
+    errors (m)."""
     task: str
     backend: str
     n_trials: int
@@ -21,6 +23,7 @@ class EvaluationResult:
     errors: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The result as a JSON-ready dict."""
         return {'task': self.task, 'backend': self.backend, 'n_trials': self.n_trials,
                 'successes': self.successes, 'success_rate': self.success_rate,
                 'mean_error': self.mean_error, 'errors': [float(e) for e in self.errors]}

@@ -18,6 +18,8 @@ from .policy import MLPPolicy
 
 @dataclass
 class DemoSet:
+    """Demonstrations for behaviour cloning: observation and action arrays, episodes tried
+    and kept."""
     observations: np.ndarray     # (n, obs_dim)
     actions: np.ndarray          # (n, action_dim)
     episodes_tried: int
@@ -26,6 +28,7 @@ class DemoSet:
 
     @property
     def kept_fraction(self) -> float:
+        """Episodes kept over episodes tried (0..1)."""
         return self.episodes_kept / max(self.episodes_tried, 1)
 
 

@@ -45,6 +45,8 @@ from .randomization import DomainRandomization
 
 @dataclass
 class TrainConfig:
+    """Training-pipeline settings: demos, hindsight, self-imitation rounds, BC and PPO budgets,
+    randomisation."""
     demos: int = 80                   # scripted demonstrations replayed in the twin
     hindsight: bool = True            # relabel misses (one-shot tasks only)
     self_imitation_rounds: int = 3    # hindsight self-imitation rounds (one-shot tasks only)
@@ -73,6 +75,7 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
+    """A training run's result: checkpoint path, the policy and its training figures."""
     checkpoint: Path | None
     policy: MLPPolicy
     demos_tried: int

@@ -29,6 +29,8 @@ class CheckpointError(ValueError):
 
 
 class MLPPolicy(nn.Module):
+    """Gaussian MLP policy: normalised observation -> tanh-squashed action in [action_low,
+    action_high]."""
     def __init__(self, obs_dim: int, action_low, action_high, hidden=(64, 64),
                  init_log_std: float = -1.0):
         super().__init__()
@@ -53,12 +55,14 @@ class MLPPolicy(nn.Module):
 
     # ---------------------------------------------------------------- normalisation
     def fit_normalisation(self, observations) -> None:
+        """Set the observation normalisation from the mean and std of ``observations``."""
         obs = torch.as_tensor(np.asarray(observations, float), dtype=torch.float32)
         self.obs_mean.copy_(obs.mean(0))
         self.obs_std.copy_(obs.std(0).clamp_min(1e-3) if len(obs) > 1 else torch.ones(
             self.obs_dim))
 
     def squash(self, z: torch.Tensor) -> torch.Tensor:
+        """Map pre-squash values ``z`` into [action_low, action_high] (tanh)."""
         return self.action_low + (self.action_high - self.action_low) * (torch.tanh(z) + 1) / 2
 
     def unsquash(self, action: torch.Tensor) -> torch.Tensor:
@@ -71,6 +75,7 @@ class MLPPolicy(nn.Module):
         return self.net((obs - self.obs_mean) / self.obs_std)
 
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Normal:
+        """Pre-squash action distribution (Normal) for the observations ``obs``."""
         return torch.distributions.Normal(self(obs), self.log_std.exp())
 
     # ---------------------------------------------------------------- acting
@@ -90,6 +95,7 @@ class MLPPolicy(nn.Module):
         return lambda obs: self.act(obs, rng)
 
     def architecture(self) -> dict:
+        """The network's shape and action bounds, as stored in a checkpoint."""
         return {'obs_dim': self.obs_dim, 'action_dim': self.action_dim,
                 'hidden': list(self.hidden),
                 'action_low': self.action_low.tolist(), 'action_high': self.action_high.tolist()}

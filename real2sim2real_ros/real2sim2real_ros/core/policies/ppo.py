@@ -25,6 +25,7 @@ from .randomization import DomainRandomization
 
 @dataclass
 class PPOConfig:
+    """One-step PPO settings: iterations, episodes per batch, epochs, learning rates."""
     iterations: int = 20
     batch_size: int = 48               # episodes per iteration
     epochs: int = 8                    # gradient passes over each batch
@@ -39,6 +40,7 @@ class PPOConfig:
 
 @dataclass
 class PPOHistory:
+    """Per-iteration PPO figures: mean reward and success rate, and episodes run."""
     mean_reward: list = field(default_factory=list)
     success_rate: list = field(default_factory=list)
     episodes: int = 0

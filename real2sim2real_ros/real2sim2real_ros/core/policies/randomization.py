@@ -13,6 +13,7 @@ from ..parameters import ParameterSet
 
 
 class DomainRandomization:
+    """Uniform ranges per twin parameter, from identified intervals widened by ``widen``."""
     def __init__(self, parameters: ParameterSet | None, widen: float = 1.0,
                  min_relative: float = 0.0, include_unidentified: bool = False,
                  names=None):
@@ -33,10 +34,13 @@ class DomainRandomization:
             self.ranges[est.name] = (lo, max(hi, lo))
 
     def sample(self, rng: np.random.Generator) -> dict[str, float]:
+        """Parameter name -> a value drawn uniformly from its range."""
         return {n: float(rng.uniform(lo, hi)) for n, (lo, hi) in self.ranges.items()}
 
     def nominal(self) -> dict[str, float]:
+        """Parameter name -> the midpoint of its range."""
         return {n: 0.5 * (lo + hi) for n, (lo, hi) in self.ranges.items()}
 
     def describe(self) -> dict:
+        """Parameter name -> [low, high]."""
         return {n: [lo, hi] for n, (lo, hi) in self.ranges.items()}

@@ -42,6 +42,8 @@ class PolicySnapshot:
 
     @classmethod
     def of(cls, policy: MLPPolicy) -> PolicySnapshot:
+        """A numpy copy of ``policy``'s weights, normalisation and action bounds (for worker
+        processes)."""
         linears = [m for m in policy.net if hasattr(m, 'weight')]
         as_np = lambda t: t.detach().cpu().numpy().astype(float)   # noqa: E731
         return cls([(as_np(m.weight), as_np(m.bias)) for m in linears],
@@ -49,6 +51,7 @@ class PolicySnapshot:
                    as_np(policy.action_high), as_np(policy.log_std))
 
     def mean_z(self, obs) -> np.ndarray:
+        """Pre-squash mean action for observation ``obs`` (numpy forward pass)."""
         x = (np.asarray(obs, float) - self.obs_mean) / self.obs_std
         for W, b in self.weights[:-1]:
             x = np.tanh(W @ x + b)
@@ -56,6 +59,7 @@ class PolicySnapshot:
         return W @ x + b
 
     def squash(self, z) -> np.ndarray:
+        """Map pre-squash values ``z`` into the action bounds (tanh)."""
         return self.low + (self.high - self.low) * (np.tanh(z) + 1) / 2
 
     def sample_z(self, obs, rng: np.random.Generator | None, noise: float | None = None):
@@ -88,6 +92,7 @@ class EpisodeJob:
 
 @dataclass
 class Episode:
+    """One rollout: observations, executed actions, pre-squash samples, rewards and its outcome."""
     observations: np.ndarray      # (T, obs_dim)
     actions: np.ndarray           # (T, action_dim), as executed (clipped)
     z: np.ndarray                 # (T, action_dim) the learner's pre-squash samples (NaN: expert)
@@ -101,6 +106,7 @@ class Episode:
 
     @property
     def steps(self) -> int:
+        """Number of steps in the episode."""
         return len(self.observations)
 
 
@@ -180,6 +186,7 @@ class EpisodeRunner:
         self.close()
 
     def close(self) -> None:
+        """Stop the worker pool (a no-op when there is none)."""
         if self.pool is not None:
             self.pool.terminate()
             self.pool.join()

@@ -25,6 +25,8 @@ __all__ = ['STAGE', 'TrainOutput', 'train_stage']
 
 @dataclass
 class TrainOutput:
+    """The training stage's outputs: the TrainResult, the stage folder, checkpoint and manifest
+    paths, wall time (s)."""
     result: object                 # core/policies/pipeline.TrainResult
     folder: Path
     checkpoint: Path

@@ -5,6 +5,7 @@ import enum
 
 
 class ErrorCode(enum.IntEnum):
+    """Reconstruction error codes (the Reconstruct action's error_code values)."""
     NONE = 0
     INVALID_CAPTURE = 1
     MISSING_INTRINSICS = 2

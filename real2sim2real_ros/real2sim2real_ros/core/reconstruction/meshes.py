@@ -19,12 +19,15 @@ from ..artifacts import atomic_write_bytes
 
 @dataclass
 class MeshOutputs:
+    """Meshes written for one object: its visual mesh, collision pieces, and whether it is
+    watertight."""
     mesh_path: Path
     collision_paths: list[Path] = field(default_factory=list)
     watertight: bool = True
 
 
 def primitive_mesh(shape: str, extents) -> trimesh.Trimesh:
+    """A trimesh of a box or cylinder with ``extents`` (m) centred at the origin."""
     ext = np.asarray(extents, float)
     if shape == 'box':
         return trimesh.creation.box(extents=ext)
@@ -34,6 +37,7 @@ def primitive_mesh(shape: str, extents) -> trimesh.Trimesh:
 
 
 def primitive_volume(shape: str, extents) -> float:
+    """Volume in m^3 of a box or cylinder with ``extents`` (m)."""
     ext = np.asarray(extents, float)
     if shape == 'box':
         return float(np.prod(ext))

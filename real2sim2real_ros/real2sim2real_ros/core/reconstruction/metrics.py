@@ -18,6 +18,8 @@ from .meshes import primitive_mesh
 
 @dataclass
 class ObjectError:
+    """One matched object: ids, whether the shape matches, position (m) and yaw (rad) and size
+    errors."""
     truth_id: str
     found_id: str
     shape_ok: bool
@@ -29,12 +31,14 @@ class ObjectError:
 
 @dataclass
 class SceneErrors:
+    """A reconstruction scored against the truth: matched objects, missed and spurious ids."""
     matched: list[ObjectError]
     missed: list[str]            # truth ids without a found object
     spurious: list[str]          # found ids without a truth object
 
     @property
     def counts_match(self) -> bool:
+        """True when no truth object is missed and no found object is spurious."""
         return not self.missed and not self.spurious
 
 

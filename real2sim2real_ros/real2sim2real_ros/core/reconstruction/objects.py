@@ -23,6 +23,8 @@ class TableFrame:
 
     @classmethod
     def from_plane(cls, table: TablePlane, anchor_xy=(0.0, 0.0)) -> TableFrame:
+        """The table frame of ``table``: z along its normal, origin at ``anchor_xy`` on
+        the plane."""
         z = table.normal / np.linalg.norm(table.normal)
         x = np.array([1.0, 0.0, 0.0]) - z[0] * z
         x /= np.linalg.norm(x)
@@ -32,9 +34,11 @@ class TableFrame:
         return cls(np.column_stack([x, y, z]), origin)
 
     def to_table(self, pts: np.ndarray) -> np.ndarray:
+        """World points ``pts`` (N, 3) in the table frame."""
         return (np.asarray(pts) - self.origin) @ self.rotation
 
     def to_world(self, pts: np.ndarray) -> np.ndarray:
+        """Table-frame points ``pts`` (N, 3) in the world."""
         return np.asarray(pts) @ self.rotation.T + self.origin
 
 
@@ -149,6 +153,8 @@ def _rot2(yaw: float) -> np.ndarray:
 
 
 def box_surface_distance(pts: np.ndarray, center, yaw, extents) -> np.ndarray:
+    """Signed distance (m) of points ``pts`` to a box's surface (``center``, ``yaw`` rad,
+    ``extents`` m)."""
     local_xy = (pts[:, :2] - center[:2]) @ _rot2(yaw)
     local = np.column_stack([local_xy, pts[:, 2] - center[2]])
     q = np.abs(local) - np.asarray(extents) / 2
@@ -158,6 +164,8 @@ def box_surface_distance(pts: np.ndarray, center, yaw, extents) -> np.ndarray:
 
 
 def cylinder_surface_distance(pts: np.ndarray, center, radius, height) -> np.ndarray:
+    """Signed distance (m) of points ``pts`` to an upright cylinder's surface (``radius``,
+    ``height`` m)."""
     q = np.column_stack([np.linalg.norm(pts[:, :2] - center[:2], axis=1) - radius,
                          np.abs(pts[:, 2] - center[2]) - height / 2])
     outside = np.linalg.norm(np.maximum(q, 0), axis=1)
@@ -219,6 +227,7 @@ def refine_box_yaw(xy: np.ndarray, z: np.ndarray, height: float, angle: float, l
 
 
 def estimate_normals(pts: np.ndarray, radius: float = 0.008) -> np.ndarray:
+    """Unit normals (N, 3) of points ``pts`` from neighbours within ``radius`` m."""
     cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(pts))
     cloud.estimate_normals(o3d.geometry.KDTreeSearchParamHybrid(radius, 30))
     return np.asarray(cloud.normals)

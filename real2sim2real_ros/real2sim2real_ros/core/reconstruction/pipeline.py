@@ -28,6 +28,7 @@ STAGES = ('validate', 'table', 'fusion', 'objects', 'meshes', 'scene')
 
 @dataclass
 class ReconstructionConfig:
+    """Reconstruction settings: TSDF voxel and truncation, table and object fitting, robot mask."""
     voxel: float = 0.0025                 # m, TSDF voxel
     trunc_voxels: float = 6.0             # TSDF truncation in voxels (wider averages out
     #                                       calibration error instead of carving walls)
@@ -60,6 +61,7 @@ class ReconstructionConfig:
     workspace_max: tuple[float, float, float] | None = None
 
     def parameters(self) -> dict:
+        """The settings as a JSON-ready dict (the robot mask as a bool)."""
         out = asdict(self)
         out.pop('robot_mask')
         out['robot_mask'] = self.robot_mask is not None
@@ -68,6 +70,8 @@ class ReconstructionConfig:
 
 @dataclass
 class ReconstructedObject:
+    """One reconstructed object: id, shape, pose in the world (m), size, mesh paths and
+    fit figures."""
     id: str
     shape: str                            # 'box', 'cylinder' or 'mesh'
     position: np.ndarray                  # world, centre of the shape
@@ -87,6 +91,8 @@ class ReconstructedObject:
 
 @dataclass
 class ReconstructionResult:
+    """A reconstruction's output: table plane, height and outline, objects, the scene MJCF and
+    timings."""
     table_plane: np.ndarray
     table_height: float
     table_outline: np.ndarray             # (K, 2) world x, y

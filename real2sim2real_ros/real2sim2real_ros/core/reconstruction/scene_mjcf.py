@@ -44,6 +44,8 @@ def solid_inertia(shape: str, extents, mass: float) -> np.ndarray:
 
 def scene_xml(result, frame, meshdir: str = 'meshes', model_name: str = 'reconstructed_scene',
               mjcf_dir: Path | None = None) -> str:
+    """MJCF text of the reconstructed table and objects in table ``frame`` (meshes under
+    ``meshdir``)."""
     outline = np.asarray(result.table_outline)
     local = frame.to_table(np.column_stack([outline, np.zeros(len(outline))]))[:, :2]
     lo, hi = local.min(axis=0), local.max(axis=0)

@@ -34,6 +34,8 @@ POINTS_FILE = 'points.npz'
 
 @dataclass
 class StageOutput:
+    """The reconstruction stage's outputs: the result, stage folder, manifest, fused points and
+    capture manifest."""
     result: ReconstructionResult
     folder: Path
     manifest_path: Path

@@ -12,12 +12,14 @@ from .errors import ErrorCode, ReconstructionError
 
 @dataclass
 class TablePlane:
+    """A fitted table plane (unit normal up), its outline (K, 2) in world x, y, and inlier count."""
     plane: np.ndarray          # a, b, c, d with (a, b, c) a unit normal pointing up
     outline: np.ndarray        # (K, 2) convex hull of the inliers in world x, y
     num_inliers: int
 
     @property
     def normal(self) -> np.ndarray:
+        """The plane's unit normal (3,)."""
         return self.plane[:3]
 
     def height_of(self, points: np.ndarray) -> np.ndarray:
@@ -25,6 +27,7 @@ class TablePlane:
         return np.asarray(points) @ self.plane[:3] + self.plane[3]
 
     def table_height_at(self, x: float, y: float) -> float:
+        """Height z (m) of the plane at world ``x``, ``y``."""
         a, b, c, d = self.plane
         return float(-(a * x + b * y + d) / c)
 

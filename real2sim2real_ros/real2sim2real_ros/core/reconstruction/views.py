@@ -66,6 +66,7 @@ class CaptureView:
                                       f'{where}: T_world_camera is not a rigid transform')
 
     def valid_depth_mask(self) -> np.ndarray:
+        """True where the depth is finite and positive."""
         d = np.asarray(self.depth)
         return np.isfinite(d) & (d > 0)
 
@@ -83,6 +84,7 @@ class CaptureView:
 
 
 def pose_matrix(rotation, translation) -> np.ndarray:
+    """4x4 homogeneous transform from a 3x3 ``rotation`` and a ``translation`` (m)."""
     out = np.eye(4)
     out[:3, :3] = rotation
     out[:3, 3] = translation

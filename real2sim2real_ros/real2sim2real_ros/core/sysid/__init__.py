@@ -1,0 +1,2 @@
+"""System identification (ROS-free): probes, fits of arm and object parameters, bags and the stage.
+"""

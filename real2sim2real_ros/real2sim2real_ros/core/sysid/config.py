@@ -54,6 +54,8 @@ __all__ = ['IdentificationConfig', 'controller_gains', 'expand_parameters',
 
 
 class IdentificationConfig:
+    """What to identify: parameter specs (priors, bounds), known values, object options, source
+    file."""
     def __init__(self, specs: list[ParameterSpec], known: dict[str, float], source: str = '',
                  objects: dict | None = None, controller_config: str = '',
                  robot_name: str = '', notes=()):
@@ -111,6 +113,8 @@ class IdentificationConfig:
         return [by_name[n] for n in names]
 
     def start_values(self) -> dict[str, float]:
+        """Parameter name -> start value: the known values, then each identified
+        parameter's prior."""
         values = dict(self.known)
         values.update({s.name: s.prior for s in self.specs})
         return values

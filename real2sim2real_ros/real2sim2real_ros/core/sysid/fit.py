@@ -97,6 +97,7 @@ class Recording:
 
 @dataclass
 class FitResult:
+    """An arm fit: the estimates, residuals before/after (rad), held-out errors, and fit details."""
     parameters: ParameterSet
     residual_before: float        # RMS over the fitting recordings, prior values
     residual_after: float
@@ -113,6 +114,7 @@ class FitResult:
 
 
 def rms_error(r: np.ndarray) -> float:
+    """Root mean square of ``r`` (nan when empty)."""
     return float(np.sqrt(np.mean(np.square(r)))) if r.size else float('nan')
 
 

@@ -82,6 +82,7 @@ class ObjectTrack:
     yaws: np.ndarray           # (n,) rad
 
     def window(self, t0: float, t1: float):
+        """(times, positions, yaws) of the track between ``t0`` and ``t1`` (s)."""
         k = (self.times >= t0) & (self.times <= t1)
         return self.times[k], self.positions[k], self.yaws[k]
 
@@ -99,6 +100,8 @@ class StrikeRecording:
 
 @dataclass
 class ObjectFitOptions:
+    """Object-fit settings: tracker noise (m), model error, which parameters to fit and their
+    bounds."""
     tracker_noise: float = 0.0025      # m, 1 sigma of one tracked position (prior value)
     estimate_tracker_noise: bool = True   # from the scatter of the rest frames when >= 8
     model_error: float = 0.10          # fraction of the slide, per strike
@@ -119,6 +122,7 @@ class ObjectFitOptions:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> ObjectFitOptions:
+        """ObjectFitOptions from a dict (None: defaults); ValueError on an unknown field."""
         d = dict(d or {})
         known = set(cls.__dataclass_fields__)
         extra = sorted(set(d) - known)
@@ -144,6 +148,7 @@ class StrikeFit:
 
 @dataclass
 class ObjectFitResult:
+    """An object fit: the estimates, normalised residuals, held-out rest errors (m) and details."""
     parameters: ParameterSet
     residual_before: float         # RMS of the normalised residuals at the priors
     residual_after: float
@@ -169,6 +174,7 @@ class ObjectFitResult:
 # ------------------------------------------------------------------ scene helpers
 
 def object_parameter_names(object_id: str) -> tuple[str, str]:
+    """The twin parameter names (friction, mass) of object ``object_id``."""
     return f'geom/{object_id}/friction', f'body/{object_id}/mass'
 
 

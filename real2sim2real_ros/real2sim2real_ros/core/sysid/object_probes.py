@@ -107,6 +107,8 @@ class StrikeConfig:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> StrikeConfig:
+        """StrikeConfig from a dict (None: defaults; tilt_deg in degrees); ValueError on an unknown
+        field."""
         d = dict(d or {})
         if 'tilt_deg' in d:
             d['tilt'] = math.radians(float(d.pop('tilt_deg')))
@@ -142,6 +144,7 @@ class StrikeObject:
 
     @property
     def height(self) -> float:
+        """Object height in m."""
         return float(self.extents[2])
 
     @property
@@ -150,6 +153,7 @@ class StrikeObject:
         return 0.5 * float(np.hypot(self.extents[0], self.extents[1]))
 
     def half_extent_along(self, heading: float) -> float:
+        """Half the object's extent along ``heading`` (rad, world) in m."""
         if self.shape != 'box':
             return 0.5 * float(self.extents[0])
         rel = heading - self.yaw
@@ -159,11 +163,14 @@ class StrikeObject:
 
 @dataclass
 class TableRegion:
+    """The table top's x, y centre and extents (m) and its height."""
     center: np.ndarray               # x, y of the top's centre
     size: np.ndarray                 # x, y extents (axis-aligned)
     height: float = 0.0
 
     def inside(self, xy: np.ndarray, margin: float) -> np.ndarray:
+        """Per point of ``xy`` (N, 2), True when it lies on the table at least ``margin`` m inside
+        its edges."""
         lo = np.asarray(self.center) - np.asarray(self.size) / 2 + margin
         hi = np.asarray(self.center) + np.asarray(self.size) / 2 - margin
         xy = np.atleast_2d(xy)
@@ -188,18 +195,22 @@ class StrikeInfo:
     gentle: bool = False             # speed capped so that the release cannot tip it
 
     def to_dict(self) -> dict:
+        """The strike's info as a JSON-ready dict."""
         d = asdict(self)
         return {k: (float(v) if isinstance(v, (float, np.floating)) else v)
                 for k, v in d.items()}
 
     @classmethod
     def from_dict(cls, d: dict) -> StrikeInfo:
+        """StrikeInfo from a dict (unknown keys ignored)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
 @dataclass
 class StrikePlan:
+    """A strike probe: the joint trajectory, one StrikeInfo per strike, and the objects skipped and
+    why."""
     probe: Probe
     strikes: list[StrikeInfo]
     skipped: dict[str, str]          # object id -> why it is not struck
@@ -219,6 +230,7 @@ class TiltedToolIK:
         self.heading = 0.0
 
     def set_heading(self, heading: float) -> None:
+        """Point the tilted tool along ``heading`` (rad) for the next solves."""
         self.heading = float(heading)
         axis = np.array([-np.sin(heading), np.cos(heading), 0.0])
         quat, rot = np.zeros(4), np.zeros(9)
@@ -227,12 +239,15 @@ class TiltedToolIK:
         self.ik.rot_ready = rot.reshape(3, 3) @ self._down
 
     def solve(self, target, q_seed=None) -> np.ndarray:
+        """Joint positions (rad) putting the tool tip at ``target`` (m)."""
         return self.ik.solve(target, q_seed)
 
     def solve_path(self, points, q_seed=None) -> np.ndarray:
+        """Joint positions (rad) per point of ``points`` (m), each seeded by the last."""
         return self.ik.solve_path(points, q_seed)
 
     def tip(self, q) -> np.ndarray:
+        """The tool tip's position (m) at joints ``q``."""
         return self.ik.tip_position(q)
 
 

@@ -35,6 +35,7 @@ class Probe:
 
     @property
     def duration(self) -> float:
+        """Time of the last sample in s."""
         return float(self.times[-1])
 
 

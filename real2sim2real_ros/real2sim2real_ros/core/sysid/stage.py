@@ -61,6 +61,7 @@ class StageTimer:
 
     @contextlib.contextmanager
     def __call__(self, name: str):
+        """Context manager: add the time spent inside to stage ``name``'s seconds."""
         t = time.perf_counter()
         try:
             yield
@@ -69,6 +70,7 @@ class StageTimer:
             self.counts[name] = self.counts.get(name, 0) + 1
 
     def to_dict(self) -> dict:
+        """Seconds and counts per stage, as a dict."""
         return {'seconds': {k: round(v, 4) for k, v in self.seconds.items()},
                 'counts': dict(self.counts)}
 
@@ -292,6 +294,7 @@ def fit_objects(robot, scene: str, specs, config, recs, *, settings: FitSettings
 # ------------------------------------------------------------------------ the stage
 @dataclass
 class StageOutput:
+    """The identification stage's outputs: folder, manifest, estimates and the arm / object fits."""
     folder: Path
     manifest_path: Path
     estimates: ParameterSet

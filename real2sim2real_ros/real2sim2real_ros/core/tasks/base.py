@@ -31,6 +31,8 @@ class ResetSample:
 
 @dataclass
 class EpisodeResult:
+    """One episode's outcome: success, reward, final error (m), observations, actions and the
+    object's final pose."""
     success: bool
     reward: float
     final_error: float             # m, distance of the object to the goal at the end
@@ -46,6 +48,8 @@ Policy = Callable[[np.ndarray], np.ndarray]   # observation -> action (determini
 
 @runtime_checkable
 class Task(Protocol):
+    """What a task plug-in provides: spaces, resets, observations, reward, success,
+    episodes, demos."""
     name: str
     object_id: str
     observation_dim: int
@@ -54,19 +58,26 @@ class Task(Protocol):
     action_high: np.ndarray
     one_shot: bool
 
-    def sample_reset(self, rng: np.random.Generator) -> ResetSample: ...
+    def sample_reset(self, rng: np.random.Generator) -> ResetSample:
+        """A random episode start (object pose, goal) drawn from ``rng``."""
 
-    def observation(self, state: dict) -> np.ndarray: ...
+    def observation(self, state: dict) -> np.ndarray:
+        """The observation vector for task state ``state``."""
 
-    def reward(self, state: dict, action: np.ndarray) -> float: ...
+    def reward(self, state: dict, action: np.ndarray) -> float:
+        """The reward for ``action`` in state ``state``."""
 
-    def success(self, state: dict) -> bool: ...
+    def success(self, state: dict) -> bool:
+        """True when ``state`` meets the task's goal."""
 
-    def run_episode(self, world, reset: ResetSample, policy: Policy) -> EpisodeResult: ...
+    def run_episode(self, world, reset: ResetSample, policy: Policy) -> EpisodeResult:
+        """Run ``policy`` from ``reset`` in ``world`` to the episode's end."""
 
-    def scripted_demo_policy(self, reset: ResetSample, rng: np.random.Generator) -> Policy: ...
+    def scripted_demo_policy(self, reset: ResetSample, rng: np.random.Generator) -> Policy:
+        """The scripted demonstrator's policy for the episode starting at ``reset``."""
 
-    def config(self) -> dict: ...
+    def config(self) -> dict:
+        """The task's settings as a JSON-ready dict (with its name)."""
 
 
 def task_config(config_cls, config, task_name: str):

@@ -61,6 +61,7 @@ class ToolDownIK:
         return d.xpos[self._tip].copy(), d.xmat[self._tip].reshape(3, 3).copy()
 
     def tip_position(self, q) -> np.ndarray:
+        """The tool tip's position (m, world) at joints ``q``."""
         return self.fk(q)[0]
 
     def solve(self, target, q_seed=None, tol: float = 1e-4, max_iter: int | None = None,

@@ -46,6 +46,7 @@ from .worlds import ObservationLost, observed_start, scored_pose
 
 @dataclass
 class PushConfig:
+    """push_to_pose settings: object, start and goal distributions, tolerances, control rate."""
     object_id: str = 'box_0'
     object_size: tuple[float, float, float] = (0.08, 0.06, 0.05)
     table_height: float = 0.0
@@ -87,7 +88,9 @@ class PushConfig:
 
 
 class PushToPose(DeclaredTask):
-    """Start, goal, horizon, success, reward and the expert's parameters: config/tasks/
+    """Push the object to a goal position and yaw in closed loop (tool tip velocity actions).
+
+    Start, goal, horizon, success, reward and the expert's parameters: config/tasks/
     push_to_pose.yaml (or the ``spec`` given: a TaskSpec or a YAML path; spec.py)."""
     name = 'push_to_pose'
     observation_dim = 12
@@ -102,18 +105,22 @@ class PushToPose(DeclaredTask):
         self.action_high = np.full(2, self.cfg.max_speed)
 
     def config(self) -> dict:
+        """The task's settings as a JSON-ready dict (with its name)."""
         return {'task': self.name, **asdict(self.cfg)}
 
     @property
     def dt(self) -> float:
+        """Control period in s."""
         return 1.0 / self.cfg.control_rate
 
     @property
     def object_z(self) -> float:
+        """Height (m) of the object's centre resting on the table."""
         return self.cfg.table_height + self.cfg.object_size[2] / 2
 
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
+        """A random start pose, goal pose and tip start drawn from ``rng``."""
         c = self.cfg
         xy, yaw, goal, goal_yaw = self.sample_start_goal(rng)
         # The kick and the tool's start (drawn after the declared start and goal).
@@ -127,6 +134,8 @@ class PushToPose(DeclaredTask):
         return ResetSample(xy, yaw, goal, goal_yaw, extra)
 
     def observation(self, state: dict) -> np.ndarray:
+        """The 12-vector observation: object-goal offset, sin/cos yaw error, tip offset,
+        sin/cos yaw, and both offsets in the object's frame (m, unitless)."""
         d = np.asarray(state['object_xy']) - state['goal_xy']
         yaw = state['object_yaw']
         dyaw = yaw - state['goal_yaw']
@@ -138,9 +147,11 @@ class PushToPose(DeclaredTask):
 
     # ---------------------------------------------------------------- outcome
     def error(self, state: dict) -> float:
+        """Distance (m) of the object to the goal position."""
         return float(np.linalg.norm(np.asarray(state['object_xy']) - state['goal_xy']))
 
     def yaw_error(self, state: dict) -> float:
+        """Absolute yaw error (rad) of the object to the goal yaw."""
         return abs(wrap_angle(state['object_yaw'] - state['goal_yaw']))
 
     # ---------------------------------------------------------------- running
@@ -151,6 +162,7 @@ class PushToPose(DeclaredTask):
                 'goal_yaw': reset.goal_yaw, 'tip_xy': np.asarray(tip_xy)}
 
     def start_tip(self, reset: ResetSample) -> np.ndarray:
+        """The tool tip's start x, y (m) for ``reset``."""
         return np.asarray(reset.extra.get(
             'tip_start_xy', reset.object_xy - [self.cfg.tip_start_behind, 0.0]), float)
 

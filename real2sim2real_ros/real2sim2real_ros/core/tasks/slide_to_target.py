@@ -39,6 +39,7 @@ G = 9.81
 
 @dataclass
 class SlideConfig:
+    """slide_to_target settings: the object, start and goal distributions, success radius."""
     object_id: str = 'box_0'
     object_size: tuple[float, float, float] = (0.08, 0.06, 0.05)   # a cylinder: (d, d, h)
     object_shape: str = 'box'            # or an upright 'cylinder' (struck on its side)
@@ -84,7 +85,9 @@ class SlideConfig:
 
 
 class SlideToTarget(DeclaredTask):
-    """Start, goal, success, reward and the expert's parameters: config/tasks/
+    """Strike the object once so it slides to a goal point (one-shot: heading and speed).
+
+    Start, goal, success, reward and the expert's parameters: config/tasks/
     slide_to_target.yaml (or the ``spec`` given: a TaskSpec or a YAML path; spec.py)."""
     name = 'slide_to_target'
     observation_dim = 3
@@ -100,28 +103,35 @@ class SlideToTarget(DeclaredTask):
         self.action_high = np.array([c.speed_range[1], c.direction_offset_max])
 
     def config(self) -> dict:
+        """The task's settings as a JSON-ready dict (with its name)."""
         return {'task': self.name, **asdict(self.cfg)}
 
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
+        """A random start pose and a goal at a random heading and distance, drawn from ``rng``
+        (the spec's start and goal)."""
         xy, yaw, goal, _ = self.sample_start_goal(rng)
         return ResetSample(xy, yaw, goal)
 
     def observation(self, state: dict) -> np.ndarray:
+        """(distance to goal m, heading to goal rad, object yaw relative to that heading rad)."""
         d = np.asarray(state['goal_xy']) - np.asarray(state['object_xy'])
         heading = float(np.arctan2(d[1], d[0]))
         return np.array([np.linalg.norm(d), heading, wrap_angle(state['object_yaw'] - heading)])
 
     def initial_state(self, reset: ResetSample) -> dict:
+        """The task state at the episode's start ``reset``."""
         return {'object_xy': reset.object_xy, 'object_yaw': reset.object_yaw,
                 'goal_xy': reset.goal_xy, 'object_z': self.object_z}
 
     @property
     def object_z(self) -> float:
+        """Height (m) of the object's centre resting on the table."""
         return self.cfg.table_height + self.cfg.object_size[2] / 2
 
     # ---------------------------------------------------------------- outcome
     def error(self, state: dict) -> float:
+        """Distance (m) of the object to the goal."""
         return float(np.linalg.norm(np.asarray(state['object_xy']) - state['goal_xy']))
 
     def upright(self, state: dict) -> bool:

@@ -81,6 +81,8 @@ def shipped_spec(name: str) -> TaskSpec:
 
 @dataclass
 class TaskSpec:
+    """A loaded, checked task YAML (``config.<field>`` references still unresolved)."""
+
     source: str
     task: str
     object: dict
@@ -93,6 +95,7 @@ class TaskSpec:
     config: dict = field(default_factory=dict)
 
     def fail(self, path: str, msg: str):
+        """Raise the one-line TaskError for the field ``path``."""
         raise TaskError(f'{self.source}: {path}: {msg}')
 
     def resolve(self, cfg) -> dict:
@@ -137,11 +140,13 @@ _INT1 = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
 
 
 def config_class(kind: str):
+    """The config dataclass of the task kind ``kind``."""
     module, _, cfg_name = KINDS[kind]
     return getattr(importlib.import_module(module, __package__), cfg_name)
 
 
 def task_class(kind: str):
+    """The class that runs the task kind ``kind``."""
     module, cls, _ = KINDS[kind]
     return getattr(importlib.import_module(module, __package__), cls)
 
@@ -168,6 +173,7 @@ class _Checker:
         self.source = source
 
     def fail(self, path: str, msg: str):
+        """Raise the one-line TaskError for the field ``path``."""
         raise TaskError(f'{self.source}: {path}: {msg}')
 
     def mapping(self, v, path, required=(), optional=()) -> dict:
@@ -391,6 +397,8 @@ class DeclaredTask:
     ``name``, ``object_z`` (the rest height) and ``error(state)``."""
 
     def bind_spec(self, config, spec) -> None:
+        """Set ``spec``, ``cfg``, ``declared``, ``horizon``, ``object_id`` from ``spec`` (None:
+        the shipped one; a TaskSpec or a YAML path) under the overrides ``config``."""
         spec = shipped_spec(self.name) if spec is None else \
             spec if isinstance(spec, TaskSpec) else load_task_spec(spec)
         if spec.task != self.name:
@@ -418,4 +426,5 @@ class DeclaredTask:
         return float(value)
 
     def sample_start_goal(self, rng: np.random.Generator):
+        """(object_xy, object_yaw, goal_xy, goal_yaw) drawn as the spec declares."""
         return sample_start_goal(self.declared, rng)

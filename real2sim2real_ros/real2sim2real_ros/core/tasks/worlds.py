@@ -38,11 +38,13 @@ class TaskObject:
 
     @property
     def half_height(self) -> float:
+        """Half the object's height in m."""
         return self.size[2] / 2
 
 
 @dataclass(frozen=True)
 class TaskTable:
+    """The task's table: centre and size (m), top height (m) and friction."""
     center: tuple[float, float] = (0.6, 0.0)
     size: tuple[float, float] = (0.8, 1.0)
     height: float = 0.0
@@ -152,6 +154,7 @@ class TwinWorld:
 
     @property
     def time(self) -> float:
+        """Twin time in s."""
         return float(self.twin.data.time)
 
     def reset(self, q0, object_xyz, object_yaw: float, via=None) -> None:
@@ -187,12 +190,14 @@ class TwinWorld:
         return np.asarray(object_xyz, float), float(object_yaw)
 
     def object_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """(position (3,) m, quaternion wxyz (4,)) of the task object."""
         q = self.twin.data.qpos
         return q[self._qa:self._qa + 3].copy(), q[self._qa + 3:self._qa + 7].copy()
 
     scored_object_pose = object_pose
 
     def joint_positions(self) -> np.ndarray:
+        """The arm's joint positions (rad)."""
         return self.twin.joint_positions()
 
 
@@ -216,6 +221,7 @@ class CellWorld:
 
     @property
     def time(self) -> float:
+        """Cell time in s."""
         return self.world.time
 
     def _place(self, object_xyz, object_yaw: float) -> None:
@@ -256,6 +262,8 @@ class CellWorld:
             self.observer.restart_clock()
 
     def execute(self, times, positions, velocities=None, duration: float | None = None) -> None:
+        """Send the joint trajectory (times s, positions rad) to the cell and step it for its
+        duration (or ``duration`` s), through the observer when there is one."""
         cmd = JointTrajectoryCommand(self.joint_names, np.asarray(times, float),
                                      np.asarray(positions, float),
                                      None if velocities is None else np.asarray(velocities))
@@ -283,4 +291,5 @@ class CellWorld:
             return self.world.object_poses()[self.object_id]
 
     def joint_positions(self) -> np.ndarray:
+        """The arm's measured joint positions (rad)."""
         return self.world.joint_positions()

@@ -1,0 +1,57 @@
+"""An unexpected skip fails the run (conftest.ALLOWED_SKIPS): checked on a scratch test folder
+that uses this folder's conftest."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import conftest
+
+TEST_DIR = Path(__file__).resolve().parents[1]   # conftest.py and helpers/
+
+
+def test_only_allowed_patterns_pass():
+    skipped = [('real2sim2real_ros/test/integration/test_launch_pytest_lab.py', 'no launch_pytest'),
+               ('real2sim2real_ros/test/unit/test_object_identification.py::'
+                'test_probe_bags_round_trip_and_refit[303]', 'one cell'),
+               ('real2sim2real_ros/test/unit/test_object_identification.py::'
+                'test_probe_bags_round_trip_and_refit[default]', 'should run'),
+               ('real2sim2real_ros/test/integration/test_cell_integration.py::test_x', 'not built')]
+    bad = conftest.unexpected_skips(skipped)
+    assert [n.split('::')[-1] for n, _ in bad] == [
+        'test_probe_bags_round_trip_and_refit[default]', 'test_x']
+
+
+def _run(tmp_path, files: dict) -> subprocess.CompletedProcess:
+    shutil.copy(TEST_DIR / 'conftest.py', tmp_path / 'conftest.py')
+    (tmp_path / 'pytest.ini').write_text('[pytest]\n')
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join([str(TEST_DIR.parent), str(TEST_DIR),
+                                         env.get('PYTHONPATH', '')])
+    return subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                           str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_an_unexpected_skip_fails_the_run_and_is_named(tmp_path):
+    out = _run(tmp_path, {
+        'test_fine.py': 'def test_ok():\n    assert 1 + 1 == 2\n',
+        'test_launch_pytest_lab.py': 'import pytest\npytest.importorskip("no_such_mod_x")\n',
+        'test_hidden.py': 'import pytest\n\ndef test_h():\n    pytest.skip("broken build")\n',
+    })
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert 'unexpected skip' in out.stdout and 'test_hidden.py::test_h: ' in out.stdout
+    assert 'broken build' in out.stdout and 'test_launch_pytest_lab' not in out.stdout.split(
+        'unexpected skips')[-1]
+
+
+def test_allowed_skips_alone_pass(tmp_path):
+    out = _run(tmp_path, {
+        'test_fine.py': 'def test_ok():\n    assert 1 + 1 == 2\n',
+        'test_launch_pytest_lab.py': 'import pytest\npytest.importorskip("no_such_mod_x")\n',
+    })
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert '1 passed, 1 skipped' in out.stdout
