@@ -28,7 +28,7 @@ test: setup
 	@$(ENV) python -m pytest real2sim2real_ros/test
 
 # The unit tier: test/node (one node over the wire) and test/integration (several node
-# processes, launch files) run only in `make test`.
+# processes, launch files, whole-loop runs in one process) run only in `make test`.
 test-fast: setup
 	@$(ENV) bash scripts/lint.sh
 	@$(ENV) python -m pytest real2sim2real_ros/test/unit

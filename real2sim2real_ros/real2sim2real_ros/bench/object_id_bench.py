@@ -10,7 +10,7 @@ and poses, masses from volume x 600 kg/m^3). At most 5 probe executions: 2 arm m
 (arm fit), 3 strike probes (each strikes every object once; 2 fitted, the last held out).
 
 The harness functions (``cell_from_prior``, ``scene_xml``, ``execute_probe``,
-``run_object_identification``) are what test/unit/test_object_identification.py uses too.
+``run_object_identification``) are what test/integration/test_object_identification.py uses too.
 """
 from __future__ import annotations
 

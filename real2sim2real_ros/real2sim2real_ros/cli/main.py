@@ -238,8 +238,10 @@ def cmd_record_demos(args, _rest) -> int:
         print(f'r2s2r record-demos: {exc}', file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
-    P = ExecutePolicy.Result
-    fatal = {P.NOT_ARMED, P.STOPPED, P.BUSY, P.CANCELED}   # no point in the next episode
+    PolicyResult = ExecutePolicy.Result
+    # no point in the next episode after these
+    fatal = {PolicyResult.NOT_ARMED, PolicyResult.STOPPED, PolicyResult.BUSY,
+             PolicyResult.CANCELED}
     records = []
     with _commander(args) as cmd:
         for k in range(args.episodes):

@@ -22,7 +22,7 @@ from helpers.graph import two_point_goal as _goal_points  # noqa: E402
 
 from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
 
-R = ExecuteTrajectory.Result
+TrajResult = ExecuteTrajectory.Result
 
 
 @pytest.fixture(scope='module')
@@ -60,7 +60,7 @@ def test_goal_while_disarmed_is_rejected_and_nothing_moves(graph, joints):
     q0 = _current(cmd)
     result = cmd.execute_trajectory(joints, _goal_points(q0, [0.3, 0, 0, 0, 0, 0], 1.0),
                                     timeout=20)
-    assert result.error_code == R.NOT_ARMED
+    assert result.error_code == TrajResult.NOT_ARMED
     assert 'arm' in result.error_msg.lower()
     time.sleep(1.2)
     assert np.max(np.abs(_current(cmd) - q0)) < 0.005
@@ -80,7 +80,7 @@ def test_armed_execution_tracks_with_feedback_and_records(graph, joints):
                                         feedback=feedback.append, timeout=30)
     finally:
         live.close()
-    assert result.error_code == R.NONE, result.error_msg
+    assert result.error_code == TrajResult.NONE, result.error_msg
     print(f'trajectory_topic backend: max tracking error {result.max_tracking_error:.4f} rad, '
           f'rms {result.rms_tracking_error:.4f} rad, final error {result.final_error:.4f} rad, '
           f'duration {result.duration:.2f} s')
@@ -162,7 +162,7 @@ def test_cancel_mid_motion_holds_the_arm(graph, joints):
     q0 = _current(cmd)
     result = cmd.execute_trajectory(joints, _goal_points(q0, [-0.5, 0, 0, 0, 0, 0], 4.0),
                                     cancel_after=1.0, timeout=30)
-    assert result.error_code == R.CANCELED, result.error_msg
+    assert result.error_code == TrajResult.CANCELED, result.error_msg
     time.sleep(0.5)
     q_a = _current(cmd)
     time.sleep(0.5)
@@ -213,7 +213,7 @@ def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph
         commands.close()
         reference.close()
     assert resp.success, resp.message
-    assert out['result'].error_code == R.STOPPED, out['result'].error_msg
+    assert out['result'].error_code == TrajResult.STOPPED, out['result'].error_msg
     assert not cmd.executor_status().armed, 'stop disarms'
     # The stop command is the last trajectory the controller got after the call.
     t_hold = [t for t, _ in commands.snapshot() if t >= t_call]
@@ -251,7 +251,7 @@ def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph
     assert settled.max() < 0.05, 'and after the servo transient (200 ms) they stay about zero'
     # A goal after the stop is refused until the operator arms again.
     result = cmd.execute_trajectory(joints, _goal_points(_current(cmd), [0.1] + [0] * 5, 1.0))
-    assert result.error_code == R.NOT_ARMED
+    assert result.error_code == TrajResult.NOT_ARMED
 
 
 def test_trajectory_outside_joint_limits_is_rejected_and_nothing_moves(graph, joints):
@@ -261,12 +261,12 @@ def test_trajectory_outside_joint_limits_is_rejected_and_nothing_moves(graph, jo
     bad = list(q0)
     bad[2] = 3.5  # elbow limit is +-pi
     result = cmd.execute_trajectory(joints, [(1.0, list(q0)), (2.0, bad)], timeout=20)
-    assert result.error_code == R.JOINT_LIMIT_VIOLATION
+    assert result.error_code == TrajResult.JOINT_LIMIT_VIOLATION
     assert 'elbow_joint' in result.error_msg
     fast = list(q0)
     fast[0] += 2.0  # 2 rad in 0.1 s: 20 rad/s against a 3.15 rad/s limit
     result = cmd.execute_trajectory(joints, [(0.1, fast)], timeout=20)
-    assert result.error_code == R.VELOCITY_LIMIT_VIOLATION
+    assert result.error_code == TrajResult.VELOCITY_LIMIT_VIOLATION
     assert 'shoulder_pan_joint' in result.error_msg
     time.sleep(0.5)
     assert np.max(np.abs(_current(cmd) - q0)) < 0.005
@@ -282,7 +282,7 @@ def test_tip_outside_the_workspace_is_rejected_and_nothing_moves(graph, joints):
     down = list(q0)
     down[1] += 0.6  # shoulder lift down: the tip goes through the table top
     result = cmd.execute_trajectory(joints, [(3.0, down)], timeout=20)
-    assert result.error_code == R.WORKSPACE_VIOLATION, result.error_msg
+    assert result.error_code == TrajResult.WORKSPACE_VIOLATION, result.error_msg
     time.sleep(0.5)
     assert np.max(np.abs(_current(cmd) - q0)) < 0.005
 

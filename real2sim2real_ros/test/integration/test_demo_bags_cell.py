@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 import real2sim2real_msgs.action as actions  # noqa: E402
 
-TR = actions.Train.Result
+TrainResult = actions.Train.Result
 SMALL = {'bc_epochs': 120, 'self_imitation_rounds': 1, 'self_imitation_episodes': 6,
          'ppo_iterations': 1, 'ppo_batch_size': 8, 'eval_trials': 6}
 
@@ -99,7 +99,7 @@ def test_demos_recorded_on_the_cell_train_a_policy(cell):
     t1 = time.monotonic()
     res = cmd.train('slide_to_target', demo_bags=bags, run_dir=str(tmp / 'runs'), timeout=180)
     train_s = time.monotonic() - t1
-    assert res.error_code == TR.NONE, res.error_msg
+    assert res.error_code == TrainResult.NONE, res.error_msg
     results = json.loads((Path(res.checkpoint_path).parent / 'manifest.json').read_text()
                          )['results']
     demos = results['demos']

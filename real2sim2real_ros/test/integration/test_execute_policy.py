@@ -27,7 +27,7 @@ from helpers.truth_relay import BOX, TruthRelay  # noqa: E402
 
 from real2sim2real_msgs.action import ExecutePolicy  # noqa: E402
 
-P = ExecutePolicy.Result
+PolicyResult = ExecutePolicy.Result
 G = 9.81
 
 
@@ -108,7 +108,7 @@ def test_disarmed_goal_is_refused_and_nothing_moves(graph, checkpoint, object_tr
     q0 = _q(cmd)
     xy = object_tracker.pose()[0]
     result = cmd.execute_policy(checkpoint, list(xy + [0.10, 0.0]), timeout=30)
-    assert result.error_code == P.NOT_ARMED, result.error_msg
+    assert result.error_code == PolicyResult.NOT_ARMED, result.error_msg
     assert 'arm' in result.error_msg.lower() and result.steps == 0
     time.sleep(1.0)
     assert np.max(np.abs(_q(cmd) - q0)) < 0.005
@@ -130,7 +130,7 @@ def test_policy_strikes_the_box_towards_the_goal_and_records_it(graph, checkpoin
     result = cmd.execute_policy(checkpoint, list(goal), task='slide_to_target', max_duration=30,
                                 feedback=feedback.append, timeout=90)
     wall = time.monotonic() - t0
-    assert result.error_code == P.NONE, result.error_msg
+    assert result.error_code == PolicyResult.NONE, result.error_msg
     xy1, z1, _, up1, _ = object_tracker.pose()
     moved = float(np.linalg.norm(xy1 - xy0))
     err0, err1 = float(np.linalg.norm(goal - xy0)), float(np.linalg.norm(goal - xy1))
@@ -216,8 +216,8 @@ def test_closed_loop_push_steps_at_the_control_rate_and_busy_is_refused(
     busy = cmd.execute_policy(checkpoint, list(goal), timeout=30)
     worker.join(timeout=60)
     result = out['result']
-    assert busy.error_code == P.BUSY, busy.error_msg
-    assert result.error_code == P.NONE, result.error_msg
+    assert busy.error_code == PolicyResult.BUSY, busy.error_msg
+    assert result.error_code == PolicyResult.NONE, result.error_msg
     xy1, _, yaw1, _, _ = object_tracker.pose()
     reader = BagReader(result.bag_path)
     cmd_topic = [t for t in reader.topics if t.endswith('joint_trajectory')][0]
@@ -251,7 +251,7 @@ def test_no_tracked_poses_is_observation_unavailable_and_nothing_moves(graph, ch
     t0 = time.monotonic()
     result = cmd.execute_policy(checkpoint, list(xy + [0.10, 0.0]), timeout=30)
     took = time.monotonic() - t0
-    assert result.error_code == P.OBSERVATION_UNAVAILABLE, result.error_msg
+    assert result.error_code == PolicyResult.OBSERVATION_UNAVAILABLE, result.error_msg
     assert 'tracked_objects' in result.error_msg and result.steps == 0
     print(f'no tracker: OBSERVATION_UNAVAILABLE after {took:.2f} s (observation_timeout 1 s)')
     time.sleep(0.5)
@@ -271,7 +271,7 @@ def test_an_object_the_tracker_does_not_report_is_observation_unavailable(
     (ghost / 'policy.json').write_text(json.dumps(cfg))
     q0 = _q(cmd)
     result = cmd.execute_policy(ghost, [0.65, 0.1], timeout=30)
-    assert result.error_code == P.OBSERVATION_UNAVAILABLE, result.error_msg
+    assert result.error_code == PolicyResult.OBSERVATION_UNAVAILABLE, result.error_msg
     assert 'ghost_box' in result.error_msg and BOX in result.error_msg
     assert np.max(np.abs(_q(cmd) - q0)) < 0.005
 
@@ -281,9 +281,9 @@ def test_bad_checkpoints_are_refused_naming_the_file(graph, checkpoint, tmp_path
     _armed(cmd)
     missing = tmp_path / 'no_such_checkpoint'
     result = cmd.execute_policy(missing, [0.65, 0.1], timeout=30)
-    assert result.error_code == P.INVALID_CHECKPOINT and str(missing) in result.error_msg
+    assert result.error_code == PolicyResult.INVALID_CHECKPOINT and str(missing) in result.error_msg
     result = cmd.execute_policy(checkpoint, [0.65, 0.1], task='push_to_pose', timeout=30)
-    assert result.error_code == P.INVALID_CHECKPOINT, result.error_msg
+    assert result.error_code == PolicyResult.INVALID_CHECKPOINT, result.error_msg
     assert 'task mismatch' in result.error_msg and str(checkpoint) in result.error_msg
 
 
@@ -305,7 +305,7 @@ def test_a_goal_that_puts_the_tool_outside_the_workspace_is_refused(graph, check
     xy = object_tracker.pose()[0]
     # A goal outside the workspace box (config/params.yaml: x <= 1.1 m).
     result = cmd.execute_policy(checkpoint, [1.5, float(xy[1])], timeout=30)
-    assert result.error_code == P.WORKSPACE_VIOLATION, result.error_msg
+    assert result.error_code == PolicyResult.WORKSPACE_VIOLATION, result.error_msg
     assert 'outside the workspace' in result.error_msg
     # A goal behind the box puts the tool in front of it (x ~ box + 0.11 m): with the
     # workspace ending 5 cm past the box, the planned approach leaves it; nothing is sent.
@@ -314,7 +314,7 @@ def test_a_goal_that_puts_the_tool_outside_the_workspace_is_refused(graph, check
         result = cmd.execute_policy(checkpoint, list(xy - [0.10, 0.0]), timeout=30)
     finally:
         _set_workspace_max(cmd, [1.1, 0.9, 1.3])
-    assert result.error_code == P.WORKSPACE_VIOLATION, result.error_msg
+    assert result.error_code == PolicyResult.WORKSPACE_VIOLATION, result.error_msg
     # Refused either by the workspace check of the approach or because the tool cannot reach
     # the strike's start at all (the box may sit far out after the earlier tests' strikes).
     assert ('approach' in result.error_msg and 'out on x' in result.error_msg) or \
@@ -367,7 +367,7 @@ def test_max_duration_and_stop_end_an_episode_holding_the_arm(graph, robot, obje
     t0 = time.monotonic()
     timed_out = cmd.execute_policy(ckpt, list(xy + [0.05, 0.0]), max_duration=2.5, timeout=60)
     took = time.monotonic() - t0
-    assert timed_out.error_code == P.TIMEOUT, timed_out.error_msg
+    assert timed_out.error_code == PolicyResult.TIMEOUT, timed_out.error_msg
     assert 'max_duration' in timed_out.error_msg and 2.4 < timed_out.duration < 4.0
     assert _still(cmd), 'held after TIMEOUT'
     xy = object_tracker.pose()[0]
@@ -382,7 +382,7 @@ def test_max_duration_and_stop_end_an_episode_holding_the_arm(graph, robot, obje
     worker.join(timeout=30)
     assert resp.success, resp.message
     result = out['result']
-    assert result.error_code == P.STOPPED, result.error_msg
+    assert result.error_code == PolicyResult.STOPPED, result.error_msg
     assert result.steps >= 3
     assert not cmd.executor_status().armed, 'stop disarms'
     assert _still(cmd), 'held after STOPPED'
@@ -446,7 +446,7 @@ def test_estop_mid_policy_holds_within_the_measured_bound_and_disarms(
             worker.join(timeout=30)
             assert resp.success, resp.message
             result = out['result']
-            assert result.error_code == P.STOPPED, result.error_msg
+            assert result.error_code == PolicyResult.STOPPED, result.error_msg
             assert not cmd.executor_status().armed, 'stop disarms'
             # Until the speeds are measured at rest (or 3 s: then the assert below fails).
             deadline = time.monotonic() + 3.0
@@ -483,7 +483,7 @@ def test_estop_mid_policy_holds_within_the_measured_bound_and_disarms(
     q0 = _q(cmd)
     refused = cmd.execute_policy(ckpt, list(object_tracker.pose()[0] + [0.1, 0.0]),
                                  max_duration=5, timeout=30)
-    assert refused.error_code == P.NOT_ARMED, refused.error_msg
+    assert refused.error_code == PolicyResult.NOT_ARMED, refused.error_msg
     assert refused.steps == 0 and np.max(np.abs(_q(cmd) - q0)) < 0.01
 
 

@@ -22,8 +22,8 @@ from helpers.graph import two_point_goal as _points  # noqa: E402
 
 from real2sim2real_msgs.action import Capture, ExecuteTrajectory  # noqa: E402
 
-R = ExecuteTrajectory.Result
-C = Capture.Result
+TrajResult = ExecuteTrajectory.Result
+CaptureResult = Capture.Result
 
 
 @pytest.fixture(scope='module')
@@ -105,7 +105,7 @@ def test_camera_topics_stop_mid_capture_is_a_camera_timeout(graph):
     result = out['result']
     print(f'camera gone mid-capture: code {result.error_code} after {took:.2f} s: '
           f'{result.error_msg}')
-    assert result.error_code == C.NO_FRAMES, result.error_msg
+    assert result.error_code == CaptureResult.NO_FRAMES, result.error_msg
     assert result.error_msg.startswith('camera:') and 'camera/color/image_raw' in \
         result.error_msg and 'within 2.0 s' in result.error_msg
     assert 1.9 < took < 2.0 + 3.0, took     # timeout 2 s + a view's processing, loaded
@@ -143,7 +143,7 @@ def test_cell_dies_mid_execution_aborts_disarms_and_keeps_the_record(graph):
         cell.stop(timeout=30)
     result = out['result']
     print(f'cell killed mid-execution: executor result after {took:.2f} s: {result.error_msg}')
-    assert result.error_code == R.BACKEND_UNAVAILABLE, result.error_msg
+    assert result.error_code == TrajResult.BACKEND_UNAVAILABLE, result.error_msg
     assert 'joint_states stopped arriving' in result.error_msg and 'disarmed' in \
         result.error_msg
     status = cmd.executor_status()
@@ -224,7 +224,8 @@ class _LaggingCell:
         self.thread.join(timeout=2.0)
 
 
-@pytest.mark.parametrize('lag, code', [(0.3, R.NONE), (1.5, R.NONE), (2.5, R.STALE_STATE)])
+@pytest.mark.parametrize('lag, code', [(0.3, TrajResult.NONE), (1.5, TrajResult.NONE),
+                                       (2.5, TrajResult.STALE_STATE)])
 def test_old_states_are_stale_state_not_a_tracking_error(graph, lag, code):
     """States stamped ``lag`` s late: up to 2 s they are judged at their stamps and the hold
     succeeds (state_timeout 1 s is about arrival); 2.5 s is STALE_STATE ("the executor's
@@ -247,7 +248,7 @@ def test_old_states_are_stale_state_not_a_tracking_error(graph, lag, code):
         cell.close()
     print(f'states {lag} s late: {result.error_code} after {took:.2f} s: {result.error_msg}')
     assert result.error_code == code, result.error_msg
-    if code == R.STALE_STATE:
+    if code == TrajResult.STALE_STATE:
         assert "the executor's state is old" in result.error_msg and 'disarmed' in \
             result.error_msg and f'{lag:.2f} s old when it arrived' in result.error_msg
         assert not cmd.executor_status().armed and executor.alive('robot_executor')

@@ -30,8 +30,8 @@ from helpers.graph import two_point_goal as _points  # noqa: E402
 
 from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
 
-R = ExecuteTrajectory.Result
-F = FollowJointTrajectory.Result
+TrajResult = ExecuteTrajectory.Result
+FjtResult = FollowJointTrajectory.Result
 CTRL = 'joint_trajectory_controller'
 ACTION = f'{CTRL}/follow_joint_trajectory'
 
@@ -132,7 +132,7 @@ def test_executor_runs_through_the_action_with_the_topic_backends_tracking(cell)
             goals = status.goals()
     finally:
         status.close()
-    assert result.error_code == R.NONE, result.error_msg
+    assert result.error_code == TrajResult.NONE, result.error_msg
     print(f'follow_joint_trajectory backend: max tracking error '
           f'{result.max_tracking_error:.4f} rad, rms {result.rms_tracking_error:.4f} rad, '
           f'final error {result.final_error:.4f} rad, duration {result.duration:.2f} s')
@@ -159,11 +159,12 @@ def test_limits_are_refused_before_any_goal_is_sent(cell):
         bad = list(q0)
         bad[2] = 3.5
         result = cmd.execute_trajectory(joints, [(1.0, list(q0)), (2.0, bad)], timeout=20)
-        assert result.error_code == R.JOINT_LIMIT_VIOLATION and 'elbow_joint' in result.error_msg
+        assert result.error_code == TrajResult.JOINT_LIMIT_VIOLATION
+        assert 'elbow_joint' in result.error_msg
         fast = list(q0)
         fast[0] += 2.0
         result = cmd.execute_trajectory(joints, [(0.1, fast)], timeout=20)
-        assert result.error_code == R.VELOCITY_LIMIT_VIOLATION
+        assert result.error_code == TrajResult.VELOCITY_LIMIT_VIOLATION
         time.sleep(0.5)
         after = status.goals(accepted_after=t_wall)
     finally:
@@ -186,13 +187,13 @@ def test_controller_refuses_bad_goals_with_jtc_codes(cell):
     try:
         res = cmd.run_action(FollowJointTrajectory, ACTION,
                              _fjt_goal(wrong, [(1.0, list(q0) + [0.0])]), timeout=10)
-        assert res.error_code == F.INVALID_JOINTS and 'no_such_joint' in res.error_string
+        assert res.error_code == FjtResult.INVALID_JOINTS and 'no_such_joint' in res.error_string
         res = cmd.run_action(FollowJointTrajectory, ACTION,
                              _fjt_goal(joints, [(1.0, list(q0))], stamp=5.0), timeout=10)
-        assert res.error_code == F.OLD_HEADER_TIMESTAMP, res.error_string
+        assert res.error_code == FjtResult.OLD_HEADER_TIMESTAMP, res.error_string
         res = cmd.run_action(FollowJointTrajectory, ACTION,
                              _fjt_goal(joints, [(1.0, list(q0)), (0.5, list(q0))]), timeout=10)
-        assert res.error_code == F.INVALID_GOAL and 'increasing' in res.error_string
+        assert res.error_code == FjtResult.INVALID_GOAL and 'increasing' in res.error_string
     finally:
         _set_cell(cmd, invalid_goal_response='reject')
     assert np.max(np.abs(_q(cmd) - q0)) < 0.005
@@ -207,7 +208,7 @@ def test_path_tolerance_violation_aborts_and_holds_and_cancel_holds(cell):
     feedback = []
     res = cmd.run_action(FollowJointTrajectory, ACTION, goal, feedback=feedback.append,
                          timeout=10)
-    assert res.error_code == F.PATH_TOLERANCE_VIOLATED, res.error_string
+    assert res.error_code == FjtResult.PATH_TOLERANCE_VIOLATED, res.error_string
     assert repr(joints[0]) in res.error_string and '0.0020' in res.error_string
     time.sleep(0.4)
     q_a = _q(cmd)
@@ -242,7 +243,7 @@ def test_controller_abort_and_reject_are_clear_executor_errors_and_disarm(cell):
                                         record=False, timeout=20)
     finally:
         _set_cell(cmd, **{f'constraints__{joints[0]}__trajectory': 0.0})
-    assert result.error_code == R.BACKEND_UNAVAILABLE
+    assert result.error_code == TrajResult.BACKEND_UNAVAILABLE
     assert 'PATH_TOLERANCE_VIOLATED' in result.error_msg and joints[0] in result.error_msg
     assert not cmd.executor_status().armed, 'a controller abort disarms'
     _set_cell(cmd, controller_active=False)
@@ -255,7 +256,7 @@ def test_controller_abort_and_reject_are_clear_executor_errors_and_disarm(cell):
         assert np.max(np.abs(_q(cmd) - q0)) < 0.005, 'an inactive controller moves nothing'
     finally:
         _set_cell(cmd, controller_active=True)
-    assert result.error_code == R.BACKEND_UNAVAILABLE and 'rejected' in result.error_msg
+    assert result.error_code == TrajResult.BACKEND_UNAVAILABLE and 'rejected' in result.error_msg
     assert not cmd.executor_status().armed
 
 
@@ -304,7 +305,7 @@ def test_estop_mid_motion_preempts_the_goal_and_holds_in_time(cell):
         reference.close()
         status.close()
     assert resp.success, resp.message
-    assert out['result'].error_code == R.STOPPED, out['result'].error_msg
+    assert out['result'].error_code == TrajResult.STOPPED, out['result'].error_msg
     assert not cmd.executor_status().armed
     new = [t for t, _ in goals.values()]
     assert new, 'the stop went to the controller as a new (preempting) goal'
@@ -351,7 +352,7 @@ def test_goal_tolerance_timeout_and_topic_preemption(cell):
     t0 = time.monotonic()
     res = cmd.run_action(FollowJointTrajectory, ACTION, goal, timeout=10)
     took = time.monotonic() - t0
-    assert res.error_code == F.GOAL_TOLERANCE_VIOLATED, res.error_string
+    assert res.error_code == FjtResult.GOAL_TOLERANCE_VIOLATED, res.error_string
     assert 'goal_time_tolerance 0.300 s' in res.error_string
     assert 0.8 - 0.05 < took < 2.0, took
     out = {}
@@ -374,7 +375,7 @@ def test_goal_tolerance_timeout_and_topic_preemption(cell):
     finally:
         node.destroy_publisher(pub)
     res = out['result']
-    assert res.error_code == F.INVALID_GOAL and 'joint_trajectory topic' in res.error_string
+    assert res.error_code == FjtResult.INVALID_GOAL and 'joint_trajectory topic' in res.error_string
 
 
 def test_controller_going_away_mid_goal_is_a_clear_error_and_disarms(cell):
@@ -393,7 +394,7 @@ def test_controller_going_away_mid_goal_is_a_clear_error_and_disarms(cell):
     result = out['result']
     print(f'controller killed mid-goal: executor result after {t_end - t_kill:.2f} s: '
           f'{result.error_msg}')
-    assert result.error_code == R.BACKEND_UNAVAILABLE
+    assert result.error_code == TrajResult.BACKEND_UNAVAILABLE
     assert ('joint_states stopped arriving' in result.error_msg
             or 'went away' in result.error_msg), result.error_msg
     assert 'disarmed' in result.error_msg

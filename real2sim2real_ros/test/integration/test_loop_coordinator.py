@@ -23,12 +23,12 @@ pytestmark = pytest.mark.integration
 
 import real2sim2real_msgs.action as actions  # noqa: E402
 
-RR = actions.RunLoop.Result
+LoopResult = actions.RunLoop.Result
 STAGES = ['capture', 'reconstruct', 'identify', 'train', 'execute', 'evaluate']
 TASK = 'slide_to_target'
-EP = actions.ExecutePolicy.Result
-TRIAL_ERRORS = (EP.NONE, EP.LIMIT_VIOLATION, EP.WORKSPACE_VIOLATION, EP.TRACKING_ERROR,
-                EP.TIMEOUT)
+PolicyResult = actions.ExecutePolicy.Result
+TRIAL_ERRORS = (PolicyResult.NONE, PolicyResult.LIMIT_VIOLATION, PolicyResult.WORKSPACE_VIOLATION,
+                PolicyResult.TRACKING_ERROR, PolicyResult.TIMEOUT)
 LOOP_PARAMS = {'execute_trials': 2, 'twin_eval_trials': 4, 'reset_settle': 0.5}
 
 
@@ -130,12 +130,12 @@ def test_the_graph_offers_run_loop(graph):
 def test_bad_goals_are_invalid_naming_the_problem(graph, tmp_path):
     cmd, _ = graph
     result, _, wall = _run(cmd, tmp_path, skip=['capture', 'identfy'])
-    assert result.error_code == RR.INVALID_GOAL and "'identfy'" in result.error_msg
+    assert result.error_code == LoopResult.INVALID_GOAL and "'identfy'" in result.error_msg
     result, _, _ = _run(cmd, tmp_path, skip=['train'])
-    assert result.error_code == RR.INVALID_GOAL
+    assert result.error_code == LoopResult.INVALID_GOAL
     assert 'train' in result.error_msg and 'checkpoint' in result.error_msg
     result, _, _ = _run(cmd, tmp_path, task='fly_to_moon')
-    assert result.error_code == RR.INVALID_GOAL and 'fly_to_moon' in result.error_msg
+    assert result.error_code == LoopResult.INVALID_GOAL and 'fly_to_moon' in result.error_msg
     assert not result.summary_path and not list(tmp_path.glob('loop_*'))
 
 
@@ -143,7 +143,7 @@ def test_the_loop_runs_its_stages_in_order_skipping_the_named_ones(graph, run_di
     cmd, _ = graph
     result, feedback, wall = _run(cmd, run_dir, skip=['identify', 'train'])
     print(f'\nloop (capture, reconstruct, 2 cell trials, 4 twin episodes): {wall:.1f} s')
-    assert result.error_code == RR.NONE, result.error_msg
+    assert result.error_code == LoopResult.NONE, result.error_msg
     assert _stage_order(feedback) == STAGES
     texts = dict((t.split(':')[0], t) for t, _ in feedback if 'skipped' in t)
     assert set(texts) == {'identify', 'train'}
@@ -183,7 +183,7 @@ def test_the_loop_runs_its_stages_in_order_skipping_the_named_ones(graph, run_di
 def test_resume_skips_every_stage_whose_artifact_exists(graph, run_dir):
     cmd, _ = graph
     result, feedback, wall = _run(cmd, run_dir, resume=True)
-    assert result.error_code == RR.NONE, result.error_msg
+    assert result.error_code == LoopResult.NONE, result.error_msg
     assert wall < 30, wall          # nothing runs: planning, the scene, the summary's plots
     assert _stage_order(feedback) == STAGES, feedback
     assert all('skipped' in t for t, _ in feedback if t != 'done'), feedback
@@ -255,7 +255,7 @@ def test_a_stage_node_killed_mid_stage_is_respawned_and_resume_continues(graph, 
     result = out['result']
     print(f'policy_trainer killed mid-evaluate: loop ended after {took:.1f} s: '
           f'{result.error_msg}')
-    assert result.error_code == RR.STAGE_FAILED and result.failed_stage == 'evaluate', \
+    assert result.error_code == LoopResult.STAGE_FAILED and result.failed_stage == 'evaluate', \
         result.error_msg
     assert 'is gone' in result.error_msg and 'policy_trainer/evaluate' in result.error_msg
     assert not list(run.glob('evaluate_*/manifest.json')), 'a killed stage marked complete'
@@ -283,7 +283,7 @@ def test_cancel_ends_the_running_child_goal_and_disarms(graph, run_dir):
     # be refused in 0.2-0.4 s (a strike the policy asks for faster than the joints allow),
     # so a cancel at 4 s raced the stage's end.
     result, feedback, wall = _run(cmd, run_dir, skip=STAGES[:4], cancel_after=2.0)
-    assert result.error_code == RR.CANCELED, result.error_msg
+    assert result.error_code == LoopResult.CANCELED, result.error_msg
     assert wall < 25
     summary = json.loads(Path(result.summary_path).read_text())
     assert summary['status'] == 'canceled'
@@ -295,7 +295,7 @@ def test_a_failing_stage_is_stage_failed_with_the_childs_error(graph, run_dir):
     cmd, _ = graph
     (run_dir / 'train_000' / 'checkpoint' / 'policy.pt').unlink()
     result, _, _ = _run(cmd, run_dir, skip=STAGES[:4])
-    assert result.error_code == RR.STAGE_FAILED
+    assert result.error_code == LoopResult.STAGE_FAILED
     assert result.failed_stage == 'execute'
     assert 'INVALID_CHECKPOINT' in result.error_msg and 'policy.pt' in result.error_msg
     summary = json.loads(Path(result.summary_path).read_text())
@@ -312,7 +312,7 @@ def test_demo_bags_go_to_the_train_stage(graph, run_dir, tmp_path):
     not_a_bag = tmp_path / 'not_a_bag'
     not_a_bag.mkdir()
     result, _, _ = _run(cmd, run_dir, skip=STAGES[:3], demo_bags=[str(not_a_bag)])
-    assert result.error_code == RR.STAGE_FAILED, result.error_msg
+    assert result.error_code == LoopResult.STAGE_FAILED, result.error_msg
     assert result.failed_stage == 'train'
     assert 'INVALID_DEMOS' in result.error_msg and 'not_a_bag' in result.error_msg
     summary = json.loads(Path(result.summary_path).read_text())

@@ -19,7 +19,7 @@ from helpers.graph import two_point_goal as _points  # noqa: E402
 
 from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
 
-R = ExecuteTrajectory.Result
+TrajResult = ExecuteTrajectory.Result
 
 
 @pytest.fixture(scope='module')
@@ -53,7 +53,7 @@ def test_moveit_backend_executes_through_move_group(cell):
     before = double.goals
     delta = [0.35, 0.15, -0.2, 0.1, 0.2, 0.3]
     result = cmd.execute_trajectory(joints, _points(q0, delta, 2.5), record=False, timeout=30)
-    assert result.error_code == R.NONE, result.error_msg
+    assert result.error_code == TrajResult.NONE, result.error_msg
     print(f'moveit backend: max tracking error {result.max_tracking_error:.4f} rad, rms '
           f'{result.rms_tracking_error:.4f} rad, final error {result.final_error:.4f} rad, '
           f'duration {result.duration:.2f} s')
@@ -70,7 +70,7 @@ def test_limits_are_refused_before_move_group_gets_a_goal(cell):
     bad = list(q0)
     bad[2] = 3.5
     result = cmd.execute_trajectory(joints, [(1.0, list(q0)), (2.0, bad)], timeout=20)
-    assert result.error_code == R.JOINT_LIMIT_VIOLATION
+    assert result.error_code == TrajResult.JOINT_LIMIT_VIOLATION
     assert double.goals == before and cmd.executor_status().armed
 
 
@@ -84,7 +84,7 @@ def test_a_controller_abort_through_move_group_is_a_clear_error_and_disarms(cell
                                         record=False, timeout=20)
     finally:
         _set_cell(cmd, **{f'constraints__{joints[0]}__trajectory': 0.0})
-    assert result.error_code == R.BACKEND_UNAVAILABLE
+    assert result.error_code == TrajResult.BACKEND_UNAVAILABLE
     assert 'CONTROL_FAILED (-4)' in result.error_msg and joints[0] in result.error_msg
     assert not cmd.executor_status().armed
 
@@ -104,7 +104,7 @@ def test_estop_through_move_group_holds_the_arm(cell):
     worker.join(timeout=15)
     t_done = time.monotonic()
     assert resp.success, resp.message
-    assert out['result'].error_code == R.STOPPED
+    assert out['result'].error_code == TrajResult.STOPPED
     assert not cmd.executor_status().armed
     time.sleep(0.4)
     q_a = _q(cmd)

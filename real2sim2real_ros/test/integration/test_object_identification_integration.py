@@ -19,7 +19,7 @@ from helpers.latched_scene import LatchedPublisher, scene_message  # noqa: E402
 
 from real2sim2real_msgs.action import Identify  # noqa: E402
 
-IR = Identify.Result
+IdentifyResult = Identify.Result
 
 
 @pytest.fixture(scope='module')
@@ -50,7 +50,7 @@ def live(emulated_bringup):
 
 def test_live_strikes_identify_the_box_friction(live):
     cmd, tmp, spec, result, feedback, live_s = live
-    assert result.error_code == IR.NONE, result.error_msg
+    assert result.error_code == IdentifyResult.NONE, result.error_msg
     est = {p.name: p for p in result.parameters.parameters}
     truth = spec.hidden_truth()
     f = est['geom/box_0/friction']
@@ -119,7 +119,7 @@ def test_offline_from_the_recorded_bags_reproduces_the_live_estimates(live):
     manifest = json.loads((Path(result.parameters.artifact_dir) / 'manifest.json').read_text())
     bags = manifest['inputs']['bag_paths']
     offline = cmd.identify(bag_paths=bags, run_dir=str(tmp / 'offline'), timeout=400)
-    assert offline.error_code == IR.NONE, offline.error_msg
+    assert offline.error_code == IdentifyResult.NONE, offline.error_msg
     live_values = {p.name: p.value for p in result.parameters.parameters}
     off = {p.name: p for p in offline.parameters.parameters}
     assert set(off) == set(live_values)
@@ -138,4 +138,4 @@ def test_strike_bag_without_tracked_poses_is_missing_topics(live, robot, tmp_pat
                     bag.messages([STRIKE_INFO_TOPIC]))
     blind = write_strike_bag(strike.parent / 'trajectory', tmp_path / 'blind', [], info)
     res = cmd.identify(bag_paths=manifest['inputs']['arm_bags'] + [str(blind)], timeout=300)
-    assert res.error_code == IR.MISSING_TOPICS and 'TrackedObjects' in res.error_msg
+    assert res.error_code == IdentifyResult.MISSING_TOPICS and 'TrackedObjects' in res.error_msg

@@ -339,7 +339,7 @@ def test_a_parameter_set_that_blows_the_twin_up_is_unstable_twin_and_both_keep_s
     UNSTABLE_TWIN naming the parameter set. A valid request to each succeeds afterwards."""
     from real2sim2real_ros.core.parameters import ParameterEstimate, ParameterSet
     from real2sim2real_ros.core.twin import MAX_QVEL
-    RR = actions.Rollout.Result
+    RolloutResult = actions.Rollout.Result
     cmd, tmp, _ = trainer
     t0 = time.monotonic()
     deadline = time.monotonic() + 60      # sim_server builds its twin on robot_description
@@ -359,9 +359,9 @@ def test_a_parameter_set_that_blows_the_twin_up_is_unstable_twin_and_both_keep_s
            'wrist_2_joint', 'wrist_3_joint']
     move = [(0.5, [q0[0] + 0.1] + q0[1:])]
     res = cmd.rollout(arm, move, initial_qpos=q0, parameter_samples=[bad], timeout=60)
-    assert res.error_code == RR.UNSTABLE and 'rollout 0' in res.error_msg, res.error_msg
+    assert res.error_code == RolloutResult.UNSTABLE and 'rollout 0' in res.error_msg, res.error_msg
     res = cmd.rollout(arm, move, initial_qpos=q0, sample_period=0.1, timeout=60)
-    assert res.error_code == RR.NONE, res.error_msg
+    assert res.error_code == RolloutResult.NONE, res.error_msg
     # An absurd state (faster than MAX_QVEL) diverges on the next step: UNSTABLE_TWIN.
     assert cmd.sim_pause(True).success
     try:

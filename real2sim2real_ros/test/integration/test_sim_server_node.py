@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 from real2sim2real_msgs.action import Rollout  # noqa: E402
 
-RR = Rollout.Result
+RolloutResult = Rollout.Result
 NAMES = ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint',
          'wrist_2_joint', 'wrist_3_joint']
 READY = [0.0, -1.5708, 1.5708, 1.5708, 0.0, 0.0]
@@ -166,7 +166,7 @@ def test_batched_rollout_round_trip(sim):
     fb = []
     res = sim.rollout(NAMES, _move(), initial_qpos=READY, parameter_samples=samples,
                       sample_period=0.01, feedback=fb.append, timeout=60)
-    assert res.error_code == RR.NONE, res.error_msg
+    assert res.error_code == RolloutResult.NONE, res.error_msg
     assert res.num_rollouts == 3 and list(res.joint_names) == NAMES
     pos = np.array(res.positions).reshape(res.num_rollouts, res.num_samples, 6)
     times = np.array(res.times)
@@ -181,17 +181,17 @@ def test_batched_rollout_round_trip(sim):
 
 def test_rollout_bad_input_and_cancel(sim):
     res = sim.rollout(NAMES, _move(), parameter_samples=[{'joint/nope/damping': 1.0}])
-    assert res.error_code == RR.UNKNOWN_PARAMETER and 'nope' in res.error_msg
+    assert res.error_code == RolloutResult.UNKNOWN_PARAMETER and 'nope' in res.error_msg
     res = sim.rollout(NAMES, _move(), initial_qpos=[0.0] * 3)
-    assert res.error_code == RR.INVALID_GOAL and '6 values' in res.error_msg
+    assert res.error_code == RolloutResult.INVALID_GOAL and '6 values' in res.error_msg
     res = sim.rollout(NAMES[:5], [(1.0, [0.0] * 5)])
-    assert res.error_code == RR.INVALID_GOAL and 'wrist_3_joint' in res.error_msg
+    assert res.error_code == RolloutResult.INVALID_GOAL and 'wrist_3_joint' in res.error_msg
     # A state the twin cannot integrate sanely (5000 rad/s) is reported, not returned.
     res = sim.rollout(NAMES, _move(), initial_qpos=READY, initial_qvel=[0.0] * 5 + [5000.0])
-    assert res.error_code == RR.UNSTABLE and 'velocity' in res.error_msg, res.error_msg
+    assert res.error_code == RolloutResult.UNSTABLE and 'velocity' in res.error_msg, res.error_msg
     many = [{'joint/elbow_joint/damping': 0.5 + 0.01 * i} for i in range(400)]
     res = sim.rollout(NAMES, _move(), initial_qpos=READY, parameter_samples=many,
                       cancel_after=0.3, timeout=60)
-    assert res.error_code == RR.CANCELED and 'canceled after' in res.error_msg
+    assert res.error_code == RolloutResult.CANCELED and 'canceled after' in res.error_msg
     # Still serving after all of that.
     assert sim.get_physical_parameters(['global/command_latency']).success

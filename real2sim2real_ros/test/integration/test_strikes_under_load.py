@@ -23,8 +23,8 @@ pytestmark = pytest.mark.integration
 
 from real2sim2real_msgs.action import ExecuteTrajectory, Identify  # noqa: E402
 
-IR = Identify.Result
-R = ExecuteTrajectory.Result
+IdentifyResult = Identify.Result
+TrajResult = ExecuteTrajectory.Result
 
 
 def _stamp_lag(bag) -> np.ndarray:
@@ -82,7 +82,7 @@ def test_live_strikes_pass_with_a_busy_process_per_core(emulated_bringup):
           f'{result.error_msg!r}; joint_states receive - stamp median {np.median(lag):.3f} s,'
           f' max {lag.max():.3f} s')
     print('\n'.join(lines))
-    assert result.error_code == IR.NONE, result.error_msg
+    assert result.error_code == IdentifyResult.NONE, result.error_msg
     manifest = json.loads((Path(result.parameters.artifact_dir) / 'manifest.json').read_text())
     assert 2 <= len(manifest['inputs']['strike_bags']) <= 3
     assert all('NONE' in line for line in lines), lines

@@ -13,9 +13,9 @@ TEST_DIR = Path(__file__).resolve().parents[1]   # conftest.py and helpers/
 
 def test_only_allowed_patterns_pass():
     skipped = [('real2sim2real_ros/test/integration/test_launch_pytest_lab.py', 'no launch_pytest'),
-               ('real2sim2real_ros/test/unit/test_object_identification.py::'
+               ('real2sim2real_ros/test/integration/test_object_identification.py::'
                 'test_probe_bags_round_trip_and_refit[303]', 'one cell'),
-               ('real2sim2real_ros/test/unit/test_object_identification.py::'
+               ('real2sim2real_ros/test/integration/test_object_identification.py::'
                 'test_probe_bags_round_trip_and_refit[default]', 'should run'),
                ('real2sim2real_ros/test/integration/test_cell_integration.py::test_x', 'not built')]
     bad = conftest.unexpected_skips(skipped)
