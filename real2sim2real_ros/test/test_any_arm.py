@@ -235,3 +235,88 @@ def test_cell_spec_with_robot_rebuilds_per_joint_values(arms):
         assert np.abs(world.joint_positions() - world.initial_positions).max() < 5e-3
     finally:
         world.close()
+
+
+def _cell_strike_scene(name):
+    """The shipped cell's box (struck) and cylinder (kept clear of) as the planner sees them,
+    and its table."""
+    from real2sim2real_ros.core.sysid.object_probes import StrikeObject, TableRegion
+    spec = load_cell_spec(f'{CELLS}/{name}.yaml')
+    objs = {}
+    for o in spec.objects:
+        objs[o.id] = StrikeObject(o.id, o.shape, o.extents, np.asarray(o.xyz[:2], float),
+                                  float(o.yaw), float(o.xyz[2]))
+    t = spec.table
+    return objs, TableRegion(np.asarray(t.center, float), np.asarray(t.size[:2], float),
+                             t.height)
+
+
+@pytest.mark.parametrize('name', ['panda', 'xarm7', 'ur5'])
+def test_strikes_plan_on_every_shipped_arm(arms, name):
+    """Every shipped arm strikes its cell's box. On the Panda every heading used to be
+    refused (tilted straight back, the tool axis ends parallel to joint 5 at joint 6 = pi,
+    and joint 5 spins): the round pusher leans aside there instead. The arms that could
+    strike straight back still do (the lean is tried only when that is too slow)."""
+    from real2sim2real_ros.core.sysid.object_probes import plan_strike_probe
+    robot = arms[name]
+    objs, table = _cell_strike_scene(name)
+    q0 = ready_pose(robot)
+    plan = plan_strike_probe(robot, [objs['box_0']], table, q0, {'box_0': (0.2, 0.5, 1.0)},
+                             obstacles=[objs['cylinder_0']])
+    assert [s.object_id for s in plan.strikes] == ['box_0'] and not plan.skipped
+    s = plan.strikes[0]
+    # Fast enough to slide the box the informative minimum (0.04 m) at the prior estimate.
+    assert s.speed >= np.sqrt(2 * 0.5 * 9.81 * 0.04) - 1e-6, s.speed
+    assert abs(s.lean) <= np.pi / 2 + 1e-9
+    if name == 'ur5':
+        assert s.lean == 0.0
+    vlim = np.asarray(robot.velocity_limits)
+    assert np.all(np.abs(plan.probe.velocities) <= vlim + 1e-9)
+    assert all(robot.within_limits(q) for q in plan.probe.positions)
+
+
+@pytest.mark.parametrize('name', ['panda', 'xarm7', 'ur5'])
+def test_arm_probes_keep_the_predicted_torque_within_the_effort_margin(arms, name):
+    """The harness's arm probes (0.35 rad, half the speed limits, 8 s about the ready pose):
+    every joint's predicted peak torque (gravity + inertia, MuJoCo inverse dynamics on the
+    URDF model) is at most 80% of its effort limit. On the xArm7 the unscaled probe would ask
+    joint4 for more than its 30 N m (the cell measured it saturated at 1.00)."""
+    from real2sim2real_ros.core.sysid.probes import (
+        effort_limited_multisine,
+        predicted_torques,
+    )
+    robot = arms[name]
+    c = ready_pose(robot)
+    kw = dict(duration=8.0, amplitude=0.35, velocity_fraction=0.5)
+    for seed in range(3):
+        p = effort_limited_multisine(robot, c, seed=seed, **kw)
+        frac = np.abs(predicted_torques(robot, p)).max(axis=0) / robot.effort_limits
+        assert frac.max() <= 0.8 + 1e-9, (seed, frac.round(3))
+        plain = multisine_probe(robot.joint_names, c, robot.lower, robot.upper,
+                                robot.velocity_limits, seed=seed, **kw)
+        plain_frac = np.abs(predicted_torques(robot, plain)).max(axis=0) / robot.effort_limits
+        if name == 'xarm7':
+            assert plain_frac[3] > 1.0, plain_frac.round(3)
+            # Only what would saturate is scaled: joint5..7 keep their excursion.
+            np.testing.assert_allclose(np.abs(p.positions - c).max(0)[4:],
+                                       np.abs(plain.positions - c).max(0)[4:], rtol=1e-9)
+        elif plain_frac.max() <= 0.8:     # nothing to scale: the probe is unchanged
+            np.testing.assert_array_equal(p.positions, plain.positions)
+
+
+def test_a_probe_that_cannot_be_brought_under_the_effort_margin_is_refused(arms):
+    from real2sim2real_ros.core.sysid.probes import ProbeError, effort_limited_multisine
+    robot = arms['xarm7']
+    with pytest.raises(ProbeError, match=r"joint 'joint\d' needs .* N m to hold the probe "
+                                         r'centre, above 10% of its'):
+        effort_limited_multisine(robot, ready_pose(robot), effort_fraction=0.1, duration=8.0,
+                                 amplitude=0.35, velocity_fraction=0.5)
+
+
+def test_strike_config_leans():
+    from real2sim2real_ros.core.sysid.object_probes import StrikeConfig
+    assert StrikeConfig().leans_deg[0] == 0.0           # straight back first
+    assert StrikeConfig.from_dict({'leans_deg': [0, 30]}).leans_deg == (0.0, 30.0)
+    for bad in ([], [0, 120]):
+        with pytest.raises(ValueError, match='leans_deg'):
+            StrikeConfig.from_dict({'leans_deg': bad})

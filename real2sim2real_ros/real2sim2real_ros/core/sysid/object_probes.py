@@ -81,6 +81,13 @@ class StrikeConfig:
     move_dt: float = 0.05            # spacing of the moves' points
     joint_speed_fraction: float = 0.8   # of the velocity limits, at most
     directions: int = 12             # headings tried for a cylinder
+    # Azimuths (deg) of the tool's lean from straight back (the upper tool behind the contact),
+    # tried in order when a heading cannot be pushed fast enough (to slide min_slide at the
+    # estimate) with the ones before: the
+    # pusher is round, so a lean to the side touches the object the same way, and lets an
+    # arm whose wrist would align at the straight-back lean (a Panda's joints 5 and 7 at
+    # joint 6 = pi) keep its wrist away from that. Within +-90: never over the object.
+    leans_deg: tuple = (0.0, 45.0, -45.0, 90.0, -90.0)
     tip_margin: float = 0.75         # mu_max h_com <= this x (COM to the front edge): upright
     # Above tip_margin (a tall object, or the prior's friction bound): a gentle strike whose
     # release cannot tip it, 1/2 v^2 < g dh (tip_energy_speed), the centre of mass taken
@@ -114,8 +121,12 @@ class StrikeConfig:
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f'strike config: unknown field(s) {extra}; known {sorted(known)}')
-        kinds = {'directions': int, 'gentle_strikes': bool}
+        kinds = {'directions': int, 'gentle_strikes': bool,
+                 'leans_deg': lambda v: tuple(float(x) for x in v)}
         cfg = cls(**{k: kinds.get(k, float)(v) for k, v in d.items()})
+        if not cfg.leans_deg or any(abs(x) > 90 for x in cfg.leans_deg):
+            raise ValueError('strike config: leans_deg needs at least one lean, each within '
+                             '+-90 deg (the upper tool never over the object)')
         if not (0 < cfg.speed_min < cfg.speed_max and cfg.accel > 0 and cfg.decel > G
                 and 0 <= cfg.tilt < math.radians(60)):
             raise ValueError('strike config: need 0 < speed_min < speed_max, accel > 0, '
@@ -185,6 +196,7 @@ class StrikeInfo:
     push_length: float = 0.0         # m the object rides the tool (to the release)
     start_xy: list = field(default_factory=list)     # object position the plan assumed
     slide_range: list = field(default_factory=list)  # predicted slide at the friction bounds
+    lean: float = 0.0                # rad, azimuth of the tool's tilt from straight back
     gentle: bool = False             # speed capped so that the release cannot tip it
 
     def to_dict(self) -> dict:
@@ -218,9 +230,11 @@ class TiltedToolIK:
         self.tilt = float(tilt)
         self.heading = 0.0
 
-    def set_heading(self, heading: float) -> None:
+    def set_heading(self, heading: float, lean: float = 0.0) -> None:
+        """lean: azimuth (rad) of the tilt from straight back, positive counter-clockwise."""
         self.heading = float(heading)
-        axis = np.array([-np.sin(heading), np.cos(heading), 0.0])
+        a = heading + lean
+        axis = np.array([-np.sin(a), np.cos(a), 0.0])
         quat, rot = np.zeros(4), np.zeros(9)
         mujoco.mju_axisAngle2Quat(quat, axis, -self.tilt)
         mujoco.mju_quat2Mat(rot, quat)
@@ -234,6 +248,52 @@ class TiltedToolIK:
 
     def tip(self, q) -> np.ndarray:
         return self.ik.tip_position(q)
+
+    def speed_ratio(self, q, tip_velocity, vlim) -> float:
+        """max_j |qd_j| / vlim_j of the least-norm joint rates moving the tip at
+        ``tip_velocity`` with the tilted tool held (large near a wrist singularity)."""
+        return float(np.max(np.abs(self.ik.joint_rates(q, tip_velocity)) / vlim))
+
+    def best_redundancy(self, target, q, checks, vlim, step: float = 0.3,
+                        reach: float = 3.0) -> np.ndarray:
+        """On a redundant arm, the joint positions for ``target`` along the arm's self-motion
+        from q (walked both ways, ``step`` rad at a time up to ``reach``, within the joint
+        limits) that need the least joint speed for the strike: the largest speed ratio over
+        ``checks`` [(tip point, tip velocity)], each point solved from the candidate. q itself
+        unless another is clearly better (10%). A non-redundant arm: q."""
+        dirs = self.ik.self_motions(q)
+        if not len(dirs):
+            return q
+
+        def cost(c):
+            worst = 0.0
+            for point, vel in checks:
+                try:
+                    qc = self.ik.solve(point, c)
+                except ValueError:   # IKError: that candidate does not reach the strike
+                    return np.inf
+                worst = max(worst, self.speed_ratio(qc, vel, vlim))
+            return worst
+
+        robot = self.ik.robot
+        best, best_cost = q, cost(q)
+        for k in range(len(dirs)):
+            for sign in (1.0, -1.0):
+                c, d = q.copy(), sign * dirs[k]
+                for _ in range(int(reach / step)):
+                    try:
+                        c = self.ik.solve(target, np.clip(c + step * d, robot.lower,
+                                                          robot.upper))
+                    except ValueError:
+                        break
+                    nxt = self.ik.self_motions(c)
+                    if len(nxt) <= k:
+                        break
+                    d = nxt[k] * np.sign(nxt[k] @ d or 1.0)   # keep walking the same way
+                    cc = cost(c)
+                    if cc < 0.9 * best_cost:
+                        best, best_cost = c.copy(), cc
+        return best
 
 
 # ------------------------------------------------------------------ geometry helpers
@@ -514,15 +574,50 @@ def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, sa
         return None, f'{free:.2f} m free before {why}'
     lift, creep = (cfg.lift, cfg.creep_extra) if v_tip is None else (cfg.gentle_lift,
                                                                       cfg.gentle_creep_extra)
-    ik.set_heading(heading)
+    best, why = None, 'the push is too fast for the joint speed limits'
+    for lean in cfg.leans_deg:
+        option, why_lean = _try_lean(heading, math.radians(lean), start, u, v, cfg, ik, vlim,
+                                     mu_lo, safe_z, q_seed, table, free, extra, speed_min,
+                                     lift, creep)
+        if option is None:
+            if best is None:
+                why = why_lean
+            continue
+        option['gentle'] = v_tip is not None
+        if best is None or option['speed'] > best['speed'] + 1e-9:
+            best = option
+        # The first lean (straight back first) fast enough for an informative slide, or
+        # not slowed down at all, is taken; else the fastest of them all.
+        if option['speed'] >= min(v, max(v_info, speed_min)) - 1e-9:
+            break
+    return best, ('' if best is not None else why)
+
+
+def _try_lean(heading, lean, start, u, v, cfg, ik, vlim, mu_lo, safe_z, q_seed, table,
+              free, extra, speed_min, lift, creep):
+    ik.set_heading(heading, lean)
     z = cfg.tip_height
+    rest = np.array([*start, table.height + z])
+    try:
+        q_above = ik.solve([*start, safe_z], q_seed)
+        q_rest = ik.solve(rest, q_above)
+        # A redundant arm's self-motion (the elbow's swivel) decides how close the wrist is
+        # to a singularity along the push (e.g. a Panda's joints 5 and 7 aligning): take the
+        # one that needs the least joint speed at the rest and at the release.
+        _, _, _, _, s_rel0 = _push_profile(v, cfg, lift, creep)
+        release = rest + np.array([*(s_rel0 * u), 0.0])
+        vel = np.array([*(v * u), 0.0])
+        q_best = ik.best_redundancy(rest, q_rest, [(rest, vel), (release, vel)], vlim)
+        if q_best is not q_rest:
+            q_above = ik.solve([*start, safe_z], q_best)
+        down = _line_points(ik, ik.tip(q_above), rest,
+                            max(0.5, (safe_z - table.height - z) / cfg.vertical_speed),
+                            cfg.move_dt, q_above)
+        q_rest = down[1][-1]
+    except Exception as exc:  # noqa: BLE001 - IKError: out of reach or past a limit
+        return None, f'unreachable ({str(exc).splitlines()[0]})'
     while v >= speed_min:
         try:
-            q_above = ik.solve([*start, safe_z], q_seed)
-            q_rest = ik.solve([*start, table.height + z], q_above)
-            down = _line_points(ik, ik.tip(q_above), ik.tip(q_rest),
-                                max(0.5, (safe_z - table.height - z) / cfg.vertical_speed),
-                                cfg.move_dt, q_above)
             t, s, dz, t_rel, s_rel = _push_profile(v, cfg, lift, creep)
             pts = np.column_stack([start[None] + s[:, None] * u[None],
                                    table.height + z + dz])
@@ -540,16 +635,17 @@ def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, sa
             if travel > free:
                 v *= 0.9
                 continue
-            return {'heading': heading, 'u': u, 'speed': v, 'start': start, 'q_above': q_above,
+            return {'heading': heading, 'lean': lean, 'u': u, 'speed': v, 'start': start,
+                    'q_above': q_above,
                     'q_rest': q_rest, 'down': down, 'push': (t, qs, qd), 'up': up,
                     'free': free, 'travel': travel, 't_release': t_rel,
-                    's_release': s_rel, 'gentle': v_tip is not None}, ''
+                    's_release': s_rel}, ''
         v *= 0.9
     return None, 'the push is too fast for the joint speed limits'
 
 
 def _append_strike(build: _Builder, obj, opt, cfg, ik, safe_z, mu_lo, mu_hi) -> StrikeInfo:
-    ik.set_heading(opt['heading'])
+    ik.set_heading(opt['heading'], opt['lean'])
     start = opt['start']
     # Travel (joint space, min-jerk) to above the start, then straight down.
     tip_now = ik.tip(build.q)
@@ -576,7 +672,7 @@ def _append_strike(build: _Builder, obj, opt, cfg, ik, safe_z, mu_lo, mu_hi) -> 
                       float(t_end), float(max(opt['s_release'] - cfg.gap, 0.0)),
                       [float(x) for x in obj.xy],
                       [float(opt['speed'] ** 2 / (2 * mu_hi * G)), float(slide_max)],
-                      bool(opt.get('gentle', False)))
+                      float(opt['lean']), bool(opt.get('gentle', False)))
 
 
 def _check_probe(robot, probe: Probe, ik: TiltedToolIK, table: TableRegion, vlim):
