@@ -82,16 +82,16 @@ def main(argv=None) -> int:
                     'time; auto (default): sim for a cell spec with engine drake, else wall')
     args = ap.parse_args(argv)
 
-    from real2sim2real_ros.dds_isolation import isolate
+    from real2sim2real_ros.ros.dds_isolation import isolate
     domain = isolate()
 
     from ament_index_python.packages import get_package_share_directory
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from real2sim2real_ros.cli.loop_cli import StageProgress, print_summary
-    from real2sim2real_ros.commander import Commander
-    from real2sim2real_ros.goal_client import code_name
     from real2sim2real_ros.launch_runner import LaunchedGraph
+    from real2sim2real_ros.ros.commander import Commander
+    from real2sim2real_ros.ros.goal_client import code_name
 
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix='r2s2r_demo_')).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -20,16 +20,16 @@ def _say(text: str):
 
 
 def main(argv=None) -> int:
-    from real2sim2real_ros.dds_isolation import isolate
+    from real2sim2real_ros.ros.dds_isolation import isolate
     domain = isolate()
     import os
 
     from ament_index_python.packages import get_package_share_directory
 
     from real2sim2real_ros.cli.progress import action_progress
-    from real2sim2real_ros.commander import Commander
     from real2sim2real_ros.core.bag_io import bag_info
     from real2sim2real_ros.launch_runner import LaunchedGraph
+    from real2sim2real_ros.ros.commander import Commander
 
     run_dir = Path(os.environ.get('R2S2R_RUN_DIR') or tempfile.mkdtemp(prefix='r2s2r_demo_'))
     share = Path(get_package_share_directory('real2sim2real_ros'))

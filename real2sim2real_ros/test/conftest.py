@@ -1,7 +1,7 @@
 """Shared fixtures: a private DDS domain per test session, and the package's real launch files.
 
 Every process a test starts inherits ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a
-ROS_DOMAIN_ID that no other concurrent run holds (real2sim2real_ros.dds_isolation), so
+ROS_DOMAIN_ID that no other concurrent run holds (real2sim2real_ros.ros.dds_isolation), so
 parallel runs on one machine never see each other and no DDS traffic leaves the machine.
 
 Skips are visible: a run with a skip that is not on ALLOWED_SKIPS ends with a failing exit
@@ -75,7 +75,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def pytest_configure(config):
     # Set before any test imports rclpy, so in-process clients join the same private domain.
-    from real2sim2real_ros.dds_isolation import isolate
+    from real2sim2real_ros.ros.dds_isolation import isolate
     isolate()
     os.environ.setdefault('MUJOCO_GL', 'egl')
 
@@ -129,7 +129,7 @@ def start_graph(launch_name: str, launch_args: dict, tmp_path: Path):
 @pytest.fixture(scope='module')
 def emulated_bringup(share_dir, tmp_path_factory):
     """bringup.launch.xml with the emulated cell, up until the module's tests finish."""
-    from real2sim2real_ros.commander import Commander
+    from real2sim2real_ros.ros.commander import Commander
     tmp = tmp_path_factory.mktemp('bringup')
     graph = start_graph('bringup.launch.xml', {
         'cell': 'emulated', 'cell_real_time': 'true',
@@ -144,7 +144,7 @@ def emulated_bringup(share_dir, tmp_path_factory):
         assert code is not None, 'launch did not stop within 30 s'
 
 
-from real2sim2real_ros.topic_listener import TopicListener  # noqa: E402,F401 - re-export for tests
+from real2sim2real_ros.ros.topic_listener import TopicListener  # noqa: E402,F401 - re-export for tests
 
 
 def joint_positions(cmd):

@@ -130,7 +130,7 @@ def _valid_checkpoint_config() -> dict:
 
 
 def _traj(f, content):
-    from real2sim2real_ros.trajectory_files import load_trajectory_file
+    from real2sim2real_ros.core.trajectory_files import load_trajectory_file
     path = content if isinstance(content, Path) else f('traj.yaml', content)
     return _raises(lambda: load_trajectory_file(path))
 
@@ -408,13 +408,13 @@ def _srv(resp) -> tuple[str, str]:
 
 
 def _act(result) -> tuple[str, str]:
-    from real2sim2real_ros.goal_client import code_name
+    from real2sim2real_ros.ros.goal_client import code_name
     return code_name(type(result), result.error_code), result.error_msg
 
 
 def _guarded(c: _Live, fn, timeout_note='') -> tuple[str, str]:
     """Run an action; a goal that is not refused in time is cancelled (the case fails)."""
-    from real2sim2real_ros.commander import CommanderError
+    from real2sim2real_ros.ros.commander import CommanderError
     try:
         return _act(fn())
     except CommanderError as exc:
@@ -465,7 +465,7 @@ def _trajectory(c: _Live, points, names=None, velocities=None):
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
     from real2sim2real_msgs.action import ExecuteTrajectory
-    from real2sim2real_ros.ros_time import duration_msg
+    from real2sim2real_ros.ros.ros_time import duration_msg
     traj = JointTrajectory(joint_names=list(names or c.joints))
     for k, (t, q) in enumerate(points):
         pt = JointTrajectoryPoint(positions=[float(v) for v in q],
@@ -725,7 +725,7 @@ def test_graph_is_unchanged_after_the_sweep(live):
     assert ctx.cmd.graph_status().complete
     from sensor_msgs.msg import JointState
 
-    from real2sim2real_ros.topic_listener import TopicListener
+    from real2sim2real_ros.ros.topic_listener import TopicListener
     listener = TopicListener(JointState, '/joint_states')
     try:
         assert listener.wait_for(20, timeout=15), 'the cell publishes /joint_states'

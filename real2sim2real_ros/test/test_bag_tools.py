@@ -20,8 +20,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rclpy.serialization import deserialize_message  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
-from real2sim2real_ros.bag_tools import BagRecorder  # noqa: E402
 from real2sim2real_ros.core.bag_io import BagReader, to_dict  # noqa: E402
+from real2sim2real_ros.ros.bag_tools import BagRecorder  # noqa: E402
 
 TOPIC = '/bag_test/joint_states'
 RATE_HZ, N_MSGS = 100.0, 200
@@ -30,7 +30,7 @@ REPO_PKG = Path(__file__).resolve().parents[1]
 
 def test_domain_id() -> int:
     """A private domain of its own (these tests publish /joint_states like the cell does)."""
-    from real2sim2real_ros.dds_isolation import allocate_domain_id
+    from real2sim2real_ros.ros.dds_isolation import allocate_domain_id
     return allocate_domain_id()
 
 
@@ -217,7 +217,7 @@ def test_player_publishes_recorded_clock(ros_env, recorded_bag):
     """With publish_clock, /clock walks through the recorded time, never backwards."""
     from rosgraph_msgs.msg import Clock
 
-    from real2sim2real_ros.bag_tools import BagPlayer
+    from real2sim2real_ros.ros.bag_tools import BagPlayer
     _env, node, _procs = ros_env
     clocks = []
     sub = node.create_subscription(

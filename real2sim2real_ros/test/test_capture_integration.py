@@ -75,9 +75,9 @@ def test_capture_and_offline_replay(multiview, tmp_path):
     print(f'capture of 4 views took {capture_s:.2f} s')
 
     # Offline: play the capture bag into another domain; a source=topics node captures it.
-    from real2sim2real_ros.bag_tools import BagPlayer
-    from real2sim2real_ros.dds_isolation import allocate_domain_id
     from real2sim2real_ros.launch_runner import LaunchedGraph
+    from real2sim2real_ros.ros.bag_tools import BagPlayer
+    from real2sim2real_ros.ros.dds_isolation import allocate_domain_id
     domain = allocate_domain_id()
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), R2S2R_DOMAIN_ID=str(domain),
                R2S2R_RUN_DIR=str(tmp_path / 'runs'))

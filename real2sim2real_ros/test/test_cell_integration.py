@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from real2sim2real_ros.topic_listener import TopicListener
+from real2sim2real_ros.ros.topic_listener import TopicListener
 
 pytestmark = pytest.mark.integration
 
@@ -128,7 +128,7 @@ def test_recorded_bag_replays_and_matches_the_live_run(graph):
     from sensor_msgs.msg import JointState
 
     from real2sim2real_ros.core.bag_io import BagReader
-    from real2sim2real_ros.dds_isolation import allocate_domain_id
+    from real2sim2real_ros.ros.dds_isolation import allocate_domain_id
     bag = graph[2].joinpath('last_bag').read_text()
     reader = BagReader(bag)
     js_topic = [t for t in reader.topics if t.endswith('joint_states')][0]
@@ -174,7 +174,7 @@ def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph
     from sensor_msgs.msg import JointState
     from trajectory_msgs.msg import JointTrajectory
 
-    from real2sim2real_ros import qos
+    from real2sim2real_ros.ros import qos
     _, cmd, _ = graph
     _ensure_armed(cmd)
     q0 = _current(cmd)
@@ -294,7 +294,7 @@ def test_node_reference_page_equals_the_live_graph(graph):
     from pathlib import Path
 
     from real2sim2real_ros.cli.describe_cli import _share, describe_graph, to_markdown
-    from real2sim2real_ros.commander import expected_graph
+    from real2sim2real_ros.ros.commander import expected_graph
     _, cmd, _ = graph
     # The bringup's nodes (a listener a test left alive is not part of the page).
     nodes = sorted([*expected_graph('emulated'), 'robot_executor_state_listener'])

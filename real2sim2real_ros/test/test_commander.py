@@ -12,7 +12,7 @@ import rclpy  # noqa: E402,F401 - the ROS client library must import
 
 def test_run_action_gets_the_result_when_the_goal_response_is_lost(
         capture_server, lost_goal_responses):
-    from real2sim2real_ros.commander import Commander
+    from real2sim2real_ros.ros.commander import Commander
     _, Capture = capture_server
     feedback = []
     with Commander(node_name='lost_response_commander', expected={}) as cmd:
@@ -28,7 +28,7 @@ def test_run_action_gets_the_result_when_the_goal_response_is_lost(
 def test_a_raising_callback_does_not_stop_the_commander(capture_server):
     from std_msgs.msg import String
 
-    from real2sim2real_ros.commander import Commander
+    from real2sim2real_ros.ros.commander import Commander
     node, Capture = capture_server
     raised = []
 

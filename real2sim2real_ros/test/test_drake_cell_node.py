@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from real2sim2real_ros.topic_listener import TopicListener
+from real2sim2real_ros.ros.topic_listener import TopicListener
 
 pytestmark = pytest.mark.integration
 

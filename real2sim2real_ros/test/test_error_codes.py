@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from real2sim2real_ros.goal_client import code_name, error_codes
+from real2sim2real_ros.ros.goal_client import code_name, error_codes
 
 ACTION_DIR = Path(__file__).resolve().parents[2] / 'real2sim2real_msgs' / 'action'
 _CONSTANT = re.compile(r'^\s*int32\s+([A-Z][A-Z0-9_]*)\s*=\s*(-?\d+)')

@@ -46,7 +46,7 @@ class _Relay:
         from rclpy.executors import SingleThreadedExecutor
 
         from real2sim2real_msgs.msg import TrackedObjects
-        from real2sim2real_ros import qos
+        from real2sim2real_ros.ros import qos
         self._rclpy = rclpy
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx)
@@ -478,7 +478,7 @@ def test_estop_mid_policy_holds_within_the_measured_bound_and_disarms(
     from sensor_msgs.msg import JointState
     from trajectory_msgs.msg import JointTrajectory
 
-    from real2sim2real_ros import qos
+    from real2sim2real_ros.ros import qos
     _, cmd, _ = graph
     ckpt = _constant_push_checkpoint(robot, tmp_path / 'estop_push', [0.08, 0.0],
                                      max_steps=60)

@@ -31,10 +31,10 @@ def graph(share_dir, tmp_path_factory):
     """(start_cell() -> LaunchedGraph, executor graph, capture graph, commander, tmp)."""
     from conftest import launch_file
 
-    from real2sim2real_ros.commander import Commander
     from real2sim2real_ros.launch_runner import LaunchedGraph
     from real2sim2real_ros.launch_runner.parser import parse_launch_file
     from real2sim2real_ros.launch_runner.plan import LaunchPlan
+    from real2sim2real_ros.ros.commander import Commander
     tmp = tmp_path_factory.mktemp('faults')
     env = dict(os.environ, R2S2R_RUN_DIR=str(tmp / 'runs'))
     cell_plan = parse_launch_file(launch_file('cell_emulated.launch.xml'),
@@ -171,8 +171,8 @@ class _LaggingCell:
         from std_msgs.msg import String
         from trajectory_msgs.msg import JointTrajectory
 
-        from real2sim2real_ros import qos
         from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
+        from real2sim2real_ros.ros import qos
         self.robot = load_robot(default_cell_urdf())
         self.q, self.lag = list(q), lag
         self.ctx = rclpy.Context()

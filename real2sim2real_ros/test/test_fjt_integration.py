@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from real2sim2real_ros.topic_listener import TopicListener
+from real2sim2real_ros.ros.topic_listener import TopicListener
 
 pytestmark = pytest.mark.integration
 
@@ -40,10 +40,10 @@ def cell(share_dir, tmp_path_factory):
     """(cell graph, executor graph, commander, joint names)."""
     from conftest import launch_file
 
-    from real2sim2real_ros.commander import Commander
     from real2sim2real_ros.launch_runner import LaunchedGraph
     from real2sim2real_ros.launch_runner.parser import parse_launch_file
     from real2sim2real_ros.launch_runner.plan import LaunchPlan
+    from real2sim2real_ros.ros.commander import Commander
     tmp = tmp_path_factory.mktemp('fjt')
     plan = parse_launch_file(launch_file('cell_emulated.launch.xml'), {
         'executor_backend': 'follow_joint_trajectory', 'run_dir': str(tmp / 'runs')})
@@ -103,7 +103,7 @@ class _Status:
     def __init__(self):
         from action_msgs.msg import GoalStatusArray
 
-        from real2sim2real_ros import qos
+        from real2sim2real_ros.ros import qos
         self.listener = TopicListener(GoalStatusArray, f'/{ACTION}/_action/status',
                                       qos=qos.ACTION_STATUS)
 
@@ -191,7 +191,7 @@ def test_limits_are_refused_before_any_goal_is_sent(cell):
 
 def test_controller_refuses_bad_goals_with_jtc_codes(cell):
     """Straight to the controller: reject (ros2_control JTC) or abort with the code."""
-    from real2sim2real_ros.commander import CommanderError
+    from real2sim2real_ros.ros.commander import CommanderError
     _, _, cmd, joints = cell
     q0 = _q(cmd)
     wrong = [joints[1], joints[0], 'no_such_joint'] + joints[2:]
@@ -358,7 +358,7 @@ def test_goal_tolerance_timeout_and_topic_preemption(cell):
     from control_msgs.msg import JointTolerance
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-    from real2sim2real_ros import qos
+    from real2sim2real_ros.ros import qos
     _, _, cmd, joints = cell
     q0 = _q(cmd)
     goal = _fjt_goal(joints, [(0.5, list(q0))])

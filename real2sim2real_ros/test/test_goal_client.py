@@ -14,7 +14,7 @@ import rclpy  # noqa: E402,F401 - the ROS client library must import
 
 
 def test_accepted_goal_gives_its_result_and_feedback(capture_server):
-    from real2sim2real_ros.goal_client import GoalClient
+    from real2sim2real_ros.ros.goal_client import GoalClient
     node, Capture = capture_server
     client = GoalClient(node, Capture, 'capture')
     assert client.wait_for_server(timeout_sec=10.0)
@@ -33,7 +33,7 @@ def test_accepted_goal_gives_its_result_and_feedback(capture_server):
 def test_normal_goals_leave_no_timer_threads(capture_server):
     """The status array often lists a goal before its response's future finishes; the timer
     that would finish it from the status must go with the response, not idle for 1 s."""
-    from real2sim2real_ros.goal_client import RESPONSE_GRACE_S, GoalClient
+    from real2sim2real_ros.ros.goal_client import RESPONSE_GRACE_S, GoalClient
     node, Capture = capture_server
     client = GoalClient(node, Capture, 'capture')
     assert client.wait_for_server(timeout_sec=10.0)
@@ -50,7 +50,7 @@ def test_normal_goals_leave_no_timer_threads(capture_server):
 def test_lost_goal_response_is_recovered_from_the_status_topic(capture_server, lost_goal_responses):
     from rclpy.action import ActionClient
 
-    from real2sim2real_ros.goal_client import GoalClient
+    from real2sim2real_ros.ros.goal_client import GoalClient
     node, Capture = capture_server
 
     # The failure being guarded against: a plain client's future never finishes.
@@ -75,7 +75,7 @@ def test_lost_goal_response_is_recovered_from_the_status_topic(capture_server, l
 
 
 def test_rejected_goal_stays_rejected(capture_server):
-    from real2sim2real_ros.goal_client import GoalClient
+    from real2sim2real_ros.ros.goal_client import GoalClient
     node, Capture = capture_server
     client = GoalClient(node, Capture, 'capture')
     assert client.wait_for_server(timeout_sec=10.0)

@@ -83,7 +83,7 @@ def test_artifacts_topic_and_twin_get_the_parameters(live):
     from conftest import TopicListener
 
     from real2sim2real_msgs.msg import PhysicalParameterSet
-    from real2sim2real_ros import qos
+    from real2sim2real_ros.ros import qos
     cmd, _, _, result, _, _ = live
     folder = Path(result.parameters.artifact_dir)
     assert folder.name.startswith('identify_')

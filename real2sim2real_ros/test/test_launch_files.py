@@ -33,7 +33,7 @@ def test_bringup_plan_for_each_cell(share_dir):
     from real2sim2real_ros.launch_runner import launch_plan_commands, parse_launch_file
     bringup = share_dir / 'launch' / 'bringup.launch.xml'
     emulated = parse_launch_file(bringup, {'cell': 'emulated', 'namespace': 'cell_a'})
-    from real2sim2real_ros.commander import expected_graph
+    from real2sim2real_ros.ros.commander import expected_graph
     # What the launch starts is what the operator facade (r2s2r status) expects.
     assert sorted(n.name for n in emulated.nodes) == sorted(expected_graph('emulated'))
     assert {n.namespace for n in emulated.nodes} == {'/cell_a'}

@@ -31,7 +31,7 @@ def test_bringup_arm_and_execute():
     import numpy as np
 
     from real2sim2real_msgs.action import ExecuteTrajectory
-    from real2sim2real_ros.commander import Commander
+    from real2sim2real_ros.ros.commander import Commander
     with Commander(node_name='launch_pytest_commander') as cmd:
         cmd.wait_until_up(timeout=60)
         assert cmd.arm().success

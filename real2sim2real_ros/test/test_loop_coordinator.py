@@ -37,7 +37,7 @@ _LAUNCHED = {}     # the module's LaunchedGraph (pids for the respawn test)
 
 @pytest.fixture(scope='module')
 def graph(share_dir, tmp_path_factory):
-    from real2sim2real_ros.commander import Commander
+    from real2sim2real_ros.ros.commander import Commander
     tmp = tmp_path_factory.mktemp('loop')
     params = yaml.safe_load((package_share() / 'config' / 'params.yaml').read_text())
     params['/**/loop_coordinator']['ros__parameters'].update(LOOP_PARAMS)

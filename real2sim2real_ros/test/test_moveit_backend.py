@@ -27,8 +27,8 @@ def cell(share_dir, tmp_path_factory):
     from conftest import launch_file
     from move_group_double import MoveGroupDouble
 
-    from real2sim2real_ros.commander import Commander
     from real2sim2real_ros.launch_runner import LaunchedGraph
+    from real2sim2real_ros.ros.commander import Commander
     tmp = tmp_path_factory.mktemp('moveit')
     double = MoveGroupDouble()
     graph = LaunchedGraph(launch_file('cell_emulated.launch.xml'), {

@@ -28,7 +28,7 @@ class LatchedPublisher:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
-        from real2sim2real_ros import qos
+        from real2sim2real_ros.ros import qos
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx)
         self.node = rclpy.create_node('test_scene_publisher', context=self.ctx)

@@ -44,7 +44,7 @@ class _ScenePublisher:
         import rclpy
         from geometry_msgs.msg import Point, Pose, Quaternion, Vector3
 
-        from real2sim2real_ros import qos
+        from real2sim2real_ros.ros import qos
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx)
         self.node = rclpy.create_node('test_scene_publisher', context=self.ctx)
@@ -68,9 +68,9 @@ class _ScenePublisher:
 
 @pytest.fixture(scope='module')
 def cell(share_dir, tmp_path_factory):
-    from real2sim2real_ros.commander import GRAPH, Commander
     from real2sim2real_ros.core.cell_spec import load_cell_spec
-    from real2sim2real_ros.topic_listener import TopicListener
+    from real2sim2real_ros.ros.commander import GRAPH, Commander
+    from real2sim2real_ros.ros.topic_listener import TopicListener
     tmp = tmp_path_factory.mktemp('tracker')
     spec = load_cell_spec(share_dir / 'config' / 'cells' / 'default.yaml')
     common = {'run_dir': str(tmp / 'runs')}
@@ -188,8 +188,8 @@ def test_objects_from_parameters_and_bad_input(cell, tmp_path):
     from geometry_msgs.msg import PoseStamped
     from sensor_msgs.msg import CameraInfo, Image
 
-    from real2sim2real_ros import qos
-    from real2sim2real_ros.topic_listener import TopicListener
+    from real2sim2real_ros.ros import qos
+    from real2sim2real_ros.ros.topic_listener import TopicListener
     spec, _, _, _ = cell
     box = spec.object('box_0')
     log = open(tmp_path / 'tracker_params.log', 'w')  # noqa: SIM115 - closed below

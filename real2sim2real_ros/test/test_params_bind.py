@@ -3,7 +3,7 @@ import pytest
 import rclpy
 from rclpy.parameter import Parameter
 
-from real2sim2real_ros.params import Param, bind
+from real2sim2real_ros.ros.params import Param, bind
 
 SPECS = (
     Param('mode', 'a', 'A choice.', choices=('a', 'b'), read_only=True),

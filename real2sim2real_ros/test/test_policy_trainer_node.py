@@ -52,8 +52,8 @@ class _Latched:
         from std_msgs.msg import String
 
         from real2sim2real_msgs.msg import Scene
-        from real2sim2real_ros import qos
         from real2sim2real_ros.core.robot_description import default_cell_urdf
+        from real2sim2real_ros.ros import qos
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx)
         self.node = rclpy.create_node('test_latched', context=self.ctx)
@@ -79,7 +79,7 @@ class _Latched:
 
 @pytest.fixture(scope='module')
 def trainer(share_dir, tmp_path_factory):
-    from real2sim2real_ros.commander import GRAPH, Commander
+    from real2sim2real_ros.ros.commander import GRAPH, Commander
     tmp = tmp_path_factory.mktemp('trainer')
     params = yaml.safe_load((package_share() / 'config' / 'params.yaml').read_text())
     params['/**/policy_trainer']['ros__parameters'].update(SMALL)

@@ -146,8 +146,8 @@ def test_latched_topics(cell, first):
     from visualization_msgs.msg import Marker, MarkerArray
 
     from real2sim2real_msgs.msg import Scene
-    from real2sim2real_ros import qos
-    from real2sim2real_ros.topic_listener import TopicListener
+    from real2sim2real_ros.ros import qos
+    from real2sim2real_ros.ros.topic_listener import TopicListener
     listeners = {t: TopicListener(m, t, qos=qos.LATCHED) for t, m in (
         ('/scene', Scene), ('/scene/markers', MarkerArray), ('/scene/points', PointCloud2))}
     try:
@@ -184,8 +184,8 @@ def test_offline_from_bag_and_from_replayed_recapture(cell, first, tmp_path):
     # 2. The bag played into a second domain; a camera_capture there (source=topics, in the
     # /capture namespace, so it also hears the recorded joint_states and robot_description)
     # captures it again; the re-capture reconstructs to the same scene.
-    from real2sim2real_ros.bag_tools import BagPlayer
-    from real2sim2real_ros.dds_isolation import allocate_domain_id
+    from real2sim2real_ros.ros.bag_tools import BagPlayer
+    from real2sim2real_ros.ros.dds_isolation import allocate_domain_id
     domain = allocate_domain_id()
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain))
     log = open(tmp_path / 'replay_capture.log', 'w')  # noqa: SIM115 - closed below
@@ -233,7 +233,7 @@ def _copy_without_camera_info(bag_path: str, out: Path) -> Path:
 
 
 def test_errors_are_results_and_the_node_keeps_serving(cell, first, tmp_path):
-    from real2sim2real_ros.goal_client import code_name
+    from real2sim2real_ros.ros.goal_client import code_name
     bad, _ = _reconstruct(str(tmp_path / 'no_such_capture' / 'manifest.json'))
     assert code_name(type(bad), bad.error_code) == 'INVALID_CAPTURE'
     assert 'no_such_capture' in bad.error_msg

@@ -8,7 +8,7 @@ from rclpy.executors import MultiThreadedExecutor
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from real2sim2real_ros.ros_main import guard_callbacks
+from real2sim2real_ros.ros.ros_main import guard_callbacks
 
 
 def test_a_raising_service_answers_with_an_error_and_keeps_serving():
@@ -95,7 +95,7 @@ class _FlakyExecutor:
 def test_spin_survives_an_entity_destroyed_while_the_wait_set_is_built():
     """camera_capture once died when its per-goal subscription was destroyed while the
     executor built a wait set (rclpy raised InvalidHandle out of spin): spinning resumes."""
-    from real2sim2real_ros.ros_main import _spin
+    from real2sim2real_ros.ros.ros_main import _spin
     rclpy.init()
     try:
         executor, stop, failure = _FlakyExecutor(3), threading.Event(), []

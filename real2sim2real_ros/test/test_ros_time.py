@@ -1,7 +1,7 @@
 """ros_time.NodeDeadline: deadlines on the node's clock (simulated under use_sim_time)."""
 import time
 
-from real2sim2real_ros.ros_time import NodeDeadline
+from real2sim2real_ros.ros.ros_time import NodeDeadline
 
 
 class _Now:

@@ -25,8 +25,8 @@ class _Description:
         import rclpy
         from std_msgs.msg import String
 
-        from real2sim2real_ros import qos
         from real2sim2real_ros.core.robot_description import default_cell_urdf
+        from real2sim2real_ros.ros import qos
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx)
         self.node = rclpy.create_node('test_description', context=self.ctx)
@@ -41,7 +41,7 @@ class _Description:
 
 @pytest.fixture(scope='module')
 def sim(share_dir, tmp_path_factory):
-    from real2sim2real_ros.commander import GRAPH, Commander
+    from real2sim2real_ros.ros.commander import GRAPH, Commander
     tmp = tmp_path_factory.mktemp('twin')
     desc = _Description()
     graph = start_graph('twin.launch.xml', {'run_dir': str(tmp / 'runs')}, tmp)

@@ -44,8 +44,8 @@ def _pose(msg) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture(scope='module')
 def graph(share_dir, tmp_path_factory):
-    from real2sim2real_ros.commander import Commander
     from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
+    from real2sim2real_ros.ros.commander import Commander
     tmp = tmp_path_factory.mktemp('twin_camera')
     spec = load_cell_spec(default_cell_spec_path())
     scene = tmp / 'table.xml'
@@ -79,8 +79,8 @@ def test_render_matches_the_cells_depth(graph):
     from std_srvs.srv import Trigger
 
     from real2sim2real_msgs.srv import ResetSim
-    from real2sim2real_ros import qos
     from real2sim2real_ros.core import camera_model
+    from real2sim2real_ros.ros import qos
     spec, cmd, proc = graph
     t_start = time.monotonic()
     listeners = {

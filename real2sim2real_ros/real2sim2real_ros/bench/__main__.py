@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         return push_bench.main(argv[1:])
     if argv and argv[0] == 'object_id':
         return object_id(argv[1:])
-    from real2sim2real_ros.dds_isolation import isolate
+    from real2sim2real_ros.ros.dds_isolation import isolate
     domain = isolate()
     from real2sim2real_ros.bench import cell_bench
     console = Console()

@@ -12,14 +12,14 @@ import numpy as np
 
 
 def _listen(msg_type, topic, qos_profile):
-    from real2sim2real_ros.topic_listener import TopicListener
+    from real2sim2real_ros.ros.topic_listener import TopicListener
     return TopicListener(msg_type, topic, qos=qos_profile, clock=time.time)
 
 
 def image_transport(qos_name: str, rate=30.0, seconds=8.0) -> dict:
     from sensor_msgs.msg import Image
 
-    from real2sim2real_ros import qos
+    from real2sim2real_ros.ros import qos
     topics = {'rgb': '/camera/color/image_raw', 'depth': '/camera/depth/image_rect_raw'}
     listeners = {k: _listen(Image, t, qos.by_name(qos_name)) for k, t in topics.items()}
     try:
@@ -58,8 +58,8 @@ def _bringup(run_dir: Path, **args):
 def cell_fast_mode_rtf(run_dir: Path, seconds=6.0) -> dict:
     from rosgraph_msgs.msg import Clock
 
-    from real2sim2real_ros import qos
-    from real2sim2real_ros.commander import Commander
+    from real2sim2real_ros.ros import qos
+    from real2sim2real_ros.ros.commander import Commander
     graph = _bringup(run_dir / 'fast', cell_real_time='false', use_sim_time='true')
     try:
         with Commander(node_name='bench_rtf') as cmd:
@@ -83,8 +83,8 @@ def cell_camera_and_executor(run_dir: Path, trials=5) -> dict:
     from sensor_msgs.msg import Image, JointState
     from trajectory_msgs.msg import JointTrajectory
 
-    from real2sim2real_ros import qos
-    from real2sim2real_ros.commander import Commander
+    from real2sim2real_ros.ros import qos
+    from real2sim2real_ros.ros.commander import Commander
     graph = _bringup(run_dir / 'rt')
     out = {}
     try:
@@ -148,7 +148,7 @@ def _publish_scene(spec):
     from geometry_msgs.msg import Point, Pose, Quaternion, Vector3
 
     from real2sim2real_msgs.msg import ObjectEstimate, Scene
-    from real2sim2real_ros import qos
+    from real2sim2real_ros.ros import qos
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     node = rclpy.create_node('bench_scene_publisher', context=ctx)
@@ -181,10 +181,10 @@ def tracker_lag(run_dir: Path, image_qos: str, busy_processes: int = 2,
     from sensor_msgs.msg import JointState
 
     from real2sim2real_msgs.msg import TrackedObjects
-    from real2sim2real_ros import qos
-    from real2sim2real_ros.commander import GRAPH, Commander
     from real2sim2real_ros.core.cell_spec import load_cell_spec
     from real2sim2real_ros.launch_runner import LaunchedGraph
+    from real2sim2real_ros.ros import qos
+    from real2sim2real_ros.ros.commander import GRAPH, Commander
     share = Path(get_package_share_directory('real2sim2real_ros'))
     run_dir = run_dir / f'tracker_{image_qos}'
     run_dir.mkdir(parents=True, exist_ok=True)

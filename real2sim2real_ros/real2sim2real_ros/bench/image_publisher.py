@@ -9,7 +9,7 @@ import numpy as np
 import rclpy
 from sensor_msgs.msg import Image
 
-from real2sim2real_ros import qos
+from real2sim2real_ros.ros import qos
 
 
 def main(argv=None) -> int:

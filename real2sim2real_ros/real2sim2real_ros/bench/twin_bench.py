@@ -63,8 +63,8 @@ def bare_step_rates(steps: int = STEPS, reps: int = 3) -> dict:
 def sim_server_step_rate(run_dir: Path, steps: int = STEPS, reps: int = 3) -> dict:
     """~/step with ``steps`` steps on a paused sim_server (its own process), timed from the
     client, best of ``reps``."""
-    from real2sim2real_ros.commander import Commander
     from real2sim2real_ros.core.robot_description import default_cell_urdf
+    from real2sim2real_ros.ros.commander import Commander
     run_dir.mkdir(parents=True, exist_ok=True)
     log = open(run_dir / 'sim_server_bench.log', 'w')  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
@@ -209,6 +209,6 @@ if __name__ == '__main__':
     import json
     import tempfile
 
-    from real2sim2real_ros.dds_isolation import isolate
+    from real2sim2real_ros.ros.dds_isolation import isolate
     isolate()
     print(json.dumps(run_all(Path(tempfile.mkdtemp(prefix='r2s2r_twin_bench_'))), indent=2))

@@ -110,8 +110,8 @@ def cmd_record(args) -> int:
     if args.duration is not None and not args.duration > 0:
         return _fail(f'--duration must be > 0, got {args.duration}')
 
-    from ..bag_tools import BagRecorder
     from ..core.bag_io import BagError
+    from ..ros.bag_tools import BagRecorder
     rclpy, context = _init_ros()
     from rclpy.executors import SingleThreadedExecutor
     node = rclpy.create_node('r2s2r_bag_recorder', context=context)
@@ -155,7 +155,7 @@ def cmd_play(args) -> int:
     except BagError as exc:
         return _fail(str(exc))
 
-    from ..bag_tools import BagPlayer
+    from ..ros.bag_tools import BagPlayer
     rclpy, context = _init_ros()
     node = rclpy.create_node('r2s2r_bag_player', context=context)
     player = None

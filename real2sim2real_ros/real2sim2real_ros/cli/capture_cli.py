@@ -33,7 +33,7 @@ def capture(namespace: str = '', num_views: int = 0, run_dir: str = '', *,
     Raises commander.CommanderError when the node cannot be reached."""
     from real2sim2real_msgs.action import Capture
 
-    from ..commander import Commander, count_field
+    from ..ros.commander import Commander, count_field
     goal = Capture.Goal(num_views=count_field('num_views', num_views), run_dir=run_dir)
     with Commander(namespace=namespace, node_name='r2s2r_capture', domain_id=domain_id,
                    expected={}) as cmd:
@@ -45,7 +45,7 @@ def cmd_capture(args) -> int:
     if args.views < 0:
         print(f'r2s2r capture: error: --views must be >= 0, got {args.views}', file=sys.stderr)
         return EXIT_USAGE
-    from ..commander import CommanderError
+    from ..ros.commander import CommanderError
     try:
         if args.no_progress or not sys.stderr.isatty():
             result = capture(args.namespace, args.views, args.run_dir, timeout=args.timeout)
@@ -60,7 +60,7 @@ def cmd_capture(args) -> int:
         print(f'r2s2r capture: error: {exc}', file=sys.stderr)
         return EXIT_USAGE
     if result.error_code != 0:
-        from ..goal_client import code_name
+        from ..ros.goal_client import code_name
         name = code_name(type(result), result.error_code)
         print(f'r2s2r capture: {name}: {result.error_msg}', file=sys.stderr)
         return EXIT_FAILED

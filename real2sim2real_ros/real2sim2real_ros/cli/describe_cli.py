@@ -3,7 +3,7 @@ graph (``ros2 node info`` and ``ros2 param describe`` in one, for machines witho
 
 Contract:
 
-* :func:`describe_graph` asks the live graph, through a :class:`~real2sim2real_ros.commander.
+* :func:`describe_graph` asks the live graph, through a :class:`~real2sim2real_ros.ros.commander.
   Commander`, for each node's publishers, subscriptions, services, service clients, action
   servers and action clients (``get_*_names_and_types_by_node``), and for its declared
   parameters over the node's own parameter services (list, describe, get). ROS's own
@@ -204,7 +204,7 @@ def _wait_for_nodes(cmd, nodes, timeout: float):
     """Until the whole bringup (no names) or the named nodes are in the graph, or timeout."""
     import time
 
-    from ..commander import CommanderError
+    from ..ros.commander import CommanderError
     if not nodes:
         try:
             cmd.wait_until_up(timeout=timeout)
@@ -220,7 +220,7 @@ def _wait_for_nodes(cmd, nodes, timeout: float):
 
 
 def cmd_describe(args) -> int:
-    from ..commander import Commander, CommanderError, expected_graph
+    from ..ros.commander import Commander, CommanderError, expected_graph
     with Commander(namespace=args.namespace, node_name='r2s2r_describe',
                    expected=expected_graph()) as cmd:
         try:

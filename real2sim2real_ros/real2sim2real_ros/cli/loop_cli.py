@@ -147,8 +147,8 @@ def print_summary(summary: dict, console=None):
 
 
 def cmd_loop(args) -> int:
-    from ..commander import Commander, CommanderError
     from ..core.loop_plan import STAGES
+    from ..ros.commander import Commander, CommanderError
     bad = [s for s in args.skip if s not in STAGES]
     if bad:
         print(f'r2s2r loop: unknown stage(s) {bad}; stages: {", ".join(STAGES)}',
@@ -180,7 +180,7 @@ def cmd_loop(args) -> int:
             print(f'r2s2r loop: cannot read {result.summary_path}: {exc}', file=sys.stderr)
         print(f'summary: {result.summary_path}')
     if result.error_code:
-        from ..goal_client import code_name
+        from ..ros.goal_client import code_name
         name = code_name(type(result), result.error_code)
         where = f' at {result.failed_stage}' if result.failed_stage else ''
         print(f'r2s2r loop: {name}{where}: {result.error_msg}', file=sys.stderr)

@@ -7,7 +7,7 @@ import sys
 
 
 def _commander(args):
-    from real2sim2real_ros.commander import Commander, expected_graph
+    from real2sim2real_ros.ros.commander import Commander, expected_graph
     return Commander(namespace=args.namespace, expected=expected_graph(args.cell))
 
 
@@ -20,7 +20,7 @@ def cmd_status(args, _rest) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from real2sim2real_ros.commander import CommanderError
+    from real2sim2real_ros.ros.commander import CommanderError
     with _commander(args) as cmd:
         try:
             status = cmd.wait_until_up(timeout=args.wait)
@@ -49,7 +49,7 @@ def _trigger(verb):
 
 def cmd_execute(args, _rest) -> int:
     from real2sim2real_ros.cli.progress import action_progress
-    from real2sim2real_ros.trajectory_files import load_trajectory_file
+    from real2sim2real_ros.core.trajectory_files import load_trajectory_file
     try:
         names, points = load_trajectory_file(args.trajectory)
     except (OSError, ValueError) as exc:
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
     try:
         return HANDLERS[args.verb](args, [])
     except Exception as exc:  # noqa: BLE001 - one line for the operator, not a traceback
-        from real2sim2real_ros.commander import CommanderError
+        from real2sim2real_ros.ros.commander import CommanderError
         if isinstance(exc, CommanderError):
             print(f'r2s2r {args.verb}: {exc}', file=sys.stderr)
             return 1

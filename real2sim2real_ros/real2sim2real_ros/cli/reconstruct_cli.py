@@ -129,7 +129,7 @@ def _points_from_topics(cmd, timeout: float = 5.0):
     from sensor_msgs.msg import PointCloud2
     from visualization_msgs.msg import Marker, MarkerArray
 
-    from .. import qos
+    from ..ros import qos
     got: dict = {}
     done = threading.Event()
 
@@ -167,7 +167,7 @@ def reconstruct(namespace: str = '', capture_manifest: str = '', run_dir: str = 
     Raises commander.CommanderError when the node cannot be reached."""
     from real2sim2real_msgs.action import Reconstruct
 
-    from ..commander import Commander
+    from ..ros.commander import Commander
     with Commander(namespace=namespace, node_name='r2s2r_reconstruct', domain_id=domain_id,
                    expected={}) as cmd:
         goal = Reconstruct.Goal(capture_manifest=capture_manifest, run_dir=run_dir)
@@ -208,7 +208,7 @@ def cmd_reconstruct(args) -> int:
         print(f'r2s2r reconstruct: note: {args.capture} does not exist here', file=sys.stderr)
     from rich.console import Console
 
-    from ..commander import CommanderError
+    from ..ros.commander import CommanderError
     kwargs = {'timeout': args.timeout, 'png': not args.no_png}
     try:
         if args.no_progress or not sys.stderr.isatty():
@@ -223,7 +223,7 @@ def cmd_reconstruct(args) -> int:
         print(f'r2s2r reconstruct: error: {exc}', file=sys.stderr)
         return EXIT_USAGE
     if result.error_code != 0:
-        from ..goal_client import code_name
+        from ..ros.goal_client import code_name
         name = code_name(type(result), result.error_code)
         print(f'r2s2r reconstruct: {name}: {result.error_msg}', file=sys.stderr)
         return EXIT_FAILED

@@ -42,13 +42,13 @@ from std_msgs.msg import String
 
 from real2sim2real_msgs.action import Capture
 
-from .. import qos
 from ..core import capture_set as cs
 from ..core.camera_extrinsics import ExtrinsicsError, fk_pose_matrix, load_extrinsics
 from ..core.camera_model import Intrinsics
-from ..params import declare
-from ..ros_main import ConfigurationError, run_node
-from ..subscriptions import subscribed
+from ..ros import qos
+from ..ros.params import declare
+from ..ros.ros_main import ConfigurationError, run_node
+from ..ros.subscriptions import subscribed
 
 Code = cs.CaptureErrorCode
 MAX_VIEWS = 10_000     # views per capture goal (and the num_views parameter)
@@ -189,7 +189,7 @@ class CameraCaptureNode(Node):
         # Always: hand-eye mounts need them for poses, and every capture set records the arm
         # (scene reconstruction masks it out with its URDF at these joint positions).
         self._urdf = ''
-        self._state_group = group  # /joint_states only while capturing (subscriptions.py)
+        self._state_group = group  # /joint_states only while capturing (ros/subscriptions.py)
         self.create_subscription(String, 'robot_description', self._on_description,
                                  qos.LATCHED, callback_group=group)
         self.realsense = None

@@ -8,7 +8,7 @@ Offers the ROS surface a real cell has, so the pipeline cannot tell it apart:
   ros2_control joint_trajectory_controller topic interface (see core/joint_trajectory.py)
 * action ``<controller>/follow_joint_trajectory`` (control_msgs/action/FollowJointTrajectory,
   when control_msgs is importable: the real package or the stand-in ``make setup`` builds):
-  JTC's goal check, tolerances, feedback, preemption and cancel = hold (fjt_server.py,
+  JTC's goal check, tolerances, feedback, preemption and cancel = hold (ros/fjt_server.py,
   core/trajectory_goal.py); parameters ``constraints.*``, ``controller_active``,
   ``invalid_goal_response``, ``action_monitor_rate``
 * ``<controller>/controller_state``: control_msgs/JointTrajectoryControllerState when
@@ -67,7 +67,6 @@ from trajectory_msgs.msg import JointTrajectory
 from real2sim2real_msgs.msg import TrackedObjects
 from real2sim2real_msgs.srv import ResetObjects
 
-from .. import qos
 from ..core import camera_model
 from ..core.cell_spec import CellSpecError, default_cell_spec_path, load_cell_spec
 from ..core.depth_noise import encode_depth
@@ -75,8 +74,9 @@ from ..core.emulated_world import WorldBuildError
 from ..core.geometry import matrix_to_quat_wxyz
 from ..core.joint_trajectory import JointTrajectoryCommand, TrajectoryError
 from ..core.world import make_world
-from ..params import declare
-from ..ros_main import ConfigurationError, run_node
+from ..ros import qos
+from ..ros.params import declare
+from ..ros.ros_main import ConfigurationError, run_node
 
 try:  # Only on machines with ros2_control's messages.
     from control_msgs.msg import JointTrajectoryControllerState
@@ -86,7 +86,7 @@ except ImportError:  # pragma: no cover - depends on the machine
 try:  # The controller's action: the real control_msgs or the stand-in make setup builds.
     from control_msgs.action import FollowJointTrajectory
 
-    from ..fjt_server import FollowJointTrajectoryServer
+    from ..ros.fjt_server import FollowJointTrajectoryServer
 except ImportError:  # pragma: no cover - depends on the machine
     FollowJointTrajectory = None
 try:

@@ -79,14 +79,14 @@ from real2sim2real_msgs.action import (
 from real2sim2real_msgs.msg import ObjectEstimate, Scene, TrackedObjects
 from real2sim2real_msgs.srv import ResetObjects
 
-from .. import qos
 from ..core import loop_plan as lp
 from ..core.geometry import quat_msg_yaw
-from ..goal_client import GoalClient, code_name
-from ..params import declare
-from ..ros_main import ConfigurationError, run_node
-from ..ros_time import NodeDeadline
-from ..subscriptions import subscribed
+from ..ros import qos
+from ..ros.goal_client import GoalClient, code_name
+from ..ros.params import declare
+from ..ros.ros_main import ConfigurationError, run_node
+from ..ros.ros_time import NodeDeadline
+from ..ros.subscriptions import subscribed
 
 NODE_NAME = 'loop_coordinator'
 RR = RunLoop.Result

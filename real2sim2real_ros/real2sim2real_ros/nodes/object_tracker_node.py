@@ -17,7 +17,7 @@ Per camera namespace ``<cam>`` in ``cameras`` (subscribed only once objects are 
 
 With ``robot_mask`` the arm is cut out of the points: its URDF from the latched
 ``robot_description`` and forward kinematics at the ``joint_states`` sample nearest each depth
-frame (a bare helper node takes the 100 Hz stream, see state_listener.py).
+frame (a bare helper node takes the 100 Hz stream, see ros/state_listener.py).
 
 Publishes ``tracked_objects`` (real2sim2real_msgs/TrackedObjects, qos.STATE) for every
 processed depth frame: header stamp = the depth image's, frame ``world_frame``; one entry per
@@ -49,11 +49,11 @@ from std_srvs.srv import Trigger
 
 from real2sim2real_msgs.msg import Scene, TrackedObjects
 
-from .. import qos
 from ..core import object_tracking as ot
 from ..core.geometry import quat_msg_yaw
-from ..params import declare
-from ..ros_main import ConfigurationError, run_node
+from ..ros import qos
+from ..ros.params import declare
+from ..ros.ros_main import ConfigurationError, run_node
 
 NODE_NAME = 'object_tracker'
 STRINGS, DOUBLES = Parameter.Type.STRING_ARRAY, Parameter.Type.DOUBLE_ARRAY
@@ -295,7 +295,7 @@ class ObjectTrackerNode(Node):
                                          lambda m, c=cam: self._on_info(c, m),
                                          self._image_qos, callback_group=self._group)]
         if self.p['robot_mask'] and self._state_listener is None:
-            from ..state_listener import StateListener
+            from ..ros.state_listener import StateListener
             self._state_listener = StateListener(self, JointState, 'joint_states',
                                                  self._on_joint_state, qos.STATE)
 

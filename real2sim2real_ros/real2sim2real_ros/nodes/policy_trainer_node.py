@@ -78,9 +78,9 @@ from std_msgs.msg import String
 from real2sim2real_msgs.action import Evaluate, Train
 from real2sim2real_msgs.msg import Scene, TaskResult
 
-from .. import qos
-from ..params import declare
-from ..ros_main import ConfigurationError, run_node
+from ..ros import qos
+from ..ros.params import declare
+from ..ros.ros_main import ConfigurationError, run_node
 
 NODE_NAME = 'policy_trainer'
 TR = Train.Result

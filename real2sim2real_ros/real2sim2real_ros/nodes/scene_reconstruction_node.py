@@ -37,12 +37,12 @@ from visualization_msgs.msg import Marker, MarkerArray
 from real2sim2real_msgs.action import Reconstruct
 from real2sim2real_msgs.msg import ObjectEstimate, Scene
 
-from .. import qos
 from ..core.reconstruction import ErrorCode, ReconstructionConfig, ReconstructionError
 from ..core.reconstruction import stage as recon_stage
 from ..core.reconstruction.scene_mjcf import TABLE_THICKNESS
-from ..params import declare
-from ..ros_main import ConfigurationError, run_node
+from ..ros import qos
+from ..ros.params import declare
+from ..ros.ros_main import ConfigurationError, run_node
 
 NODE_NAME = 'scene_reconstruction'
 

@@ -64,14 +64,14 @@ from real2sim2real_msgs.srv import (
     StepSim,
 )
 
-from .. import qos
 from ..core import camera_model
 from ..core.joint_trajectory import TrajectoryError, TrajectoryFollower
 from ..core.parameters import ParameterError, UnknownParameterError, default_unit
 from ..core.twin import InvalidRolloutError, Twin, TwinError, UnstableTwinError
-from ..params import declare
-from ..ros_main import ConfigurationError, run_node
-from ..ros_time import duration_to_sec
+from ..ros import qos
+from ..ros.params import declare
+from ..ros.ros_main import ConfigurationError, run_node
+from ..ros.ros_time import duration_to_sec
 from .emulated_cell_node import _stamp, trajectory_command_from_msg
 
 NODE_NAME = 'sim_server'

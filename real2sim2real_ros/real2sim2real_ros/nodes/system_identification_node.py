@@ -60,17 +60,17 @@ from real2sim2real_msgs.action import ExecuteTrajectory, Identify
 from real2sim2real_msgs.msg import PhysicalParameter, PhysicalParameterSet, Scene, TrackedObjects
 from real2sim2real_msgs.srv import SetPhysicalParameters
 
-from .. import qos
 from ..core.parameters import InvalidBoundsError, ParameterError, UnknownParameterError
 from ..core.sysid.bags import BagRecordingError, MissingTopicsError
 from ..core.sysid.fit import NotConvergedError
 from ..core.sysid.stage import ProbeExecutionError
 from ..core.twin import TwinError, UnstableTwinError
-from ..goal_client import GoalClient
-from ..params import declare
-from ..ros_main import ConfigurationError, run_node
-from ..ros_time import NodeDeadline, duration_msg
-from ..subscriptions import subscribed
+from ..ros import qos
+from ..ros.goal_client import GoalClient
+from ..ros.params import declare
+from ..ros.ros_main import ConfigurationError, run_node
+from ..ros.ros_time import NodeDeadline, duration_msg
+from ..ros.subscriptions import subscribed
 
 NODE_NAME = 'system_identification'
 IR = Identify.Result
@@ -139,7 +139,7 @@ class SystemIdentificationNode(Node):
         cb = ReentrantCallbackGroup()
         self.pub_params = self.create_publisher(PhysicalParameterSet, 'physical_parameters',
                                                 qos.LATCHED)
-        self._cb = cb  # /joint_states is subscribed only while a goal runs (subscriptions.py)
+        self._cb = cb  # /joint_states is subscribed only while a goal runs (ros/subscriptions.py)
         if self.p_description_file:
             self._load_robot(self.p_description_file, fatal=True)
         else:

@@ -20,12 +20,12 @@ from std_srvs.srv import Trigger
 
 from real2sim2real_msgs.srv import GetStatus
 
-from ... import qos
 from ...core import execution_safety as es
-from ...executor_backends import BACKENDS, BackendError, make_backend, trajectory_to_msg
-from ...params import Param, bind
-from ...ros_main import ConfigurationError, run_node
-from ...state_listener import StateListener
+from ...ros import qos
+from ...ros.executor_backends import BACKENDS, BackendError, make_backend, trajectory_to_msg
+from ...ros.params import Param, bind
+from ...ros.ros_main import ConfigurationError, run_node
+from ...ros.state_listener import StateListener
 from .policy_goal import PolicyGoals
 from .recording import Recorder
 from .supervision import MAX_EXTRAPOLATION, OTHER_CLOCK_AGE, Execution
@@ -130,7 +130,7 @@ class RobotExecutorNode(Node):
         self._read_parameters()
         cb = ReentrantCallbackGroup()
         self.backend = make_backend(self.p.backend, self, self.p.controller_name, cb)
-        # /joint_states (100+ Hz) on a helper node of its own: see state_listener.py.
+        # /joint_states (100+ Hz) on a helper node of its own: see ros/state_listener.py.
         self._state_listener = StateListener(self, JointState, self.p.joint_states_topic,
                                              self._on_joint_states, qos.STATE_RECORDING)
         if self.p.robot_description_file:

@@ -22,11 +22,11 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from real2sim2real_msgs.action import ExecutePolicy
 from real2sim2real_msgs.msg import PolicyStep, TrackedObjects
 
-from ... import qos
 from ...core import execution_safety as es
-from ...executor_backends import BackendError, trajectory_to_msg
-from ...goal_client import error_codes
-from ...subscriptions import subscribed
+from ...ros import qos
+from ...ros.executor_backends import BackendError, trajectory_to_msg
+from ...ros.goal_client import error_codes
+from ...ros.subscriptions import subscribed
 from .supervision import (
     FEEDBACK_PERIOD,
     MAX_EXTRAPOLATION,

@@ -19,8 +19,8 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from real2sim2real_msgs.action import ExecuteTrajectory
 
 from ...core import execution_safety as es
-from ...executor_backends import BackendError, trajectory_from_msg, trajectory_to_msg
-from ...goal_client import error_codes
+from ...ros.executor_backends import BackendError, trajectory_from_msg, trajectory_to_msg
+from ...ros.goal_client import error_codes
 from .supervision import (
     FEEDBACK_PERIOD,
     Abort,

@@ -81,7 +81,7 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
 
 
 # rclpy builds each wait set from a copy of the nodes' waitables; a subscription destroyed
-# meanwhile by another thread (a per-goal subscription ending, core/subscriptions.py) leaves
+# meanwhile by another thread (a per-goal subscription ending, ros/subscriptions.py) leaves
 # its destroyed QoS event handler in that copy, and add_to_wait_set raises InvalidHandle
 # ("cannot use Destroyable because destruction was requested"): once, camera_capture died of
 # it. The next wait set no longer holds the entity, so spinning resumes; only a burst of them

@@ -36,8 +36,8 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from trajectory_msgs.msg import JointTrajectoryPoint
 
-from .core import trajectory_goal as tg
-from .core.joint_trajectory import TrajectoryError, validate_trajectory
+from ..core import trajectory_goal as tg
+from ..core.joint_trajectory import TrajectoryError, validate_trajectory
 from .params import declare
 
 

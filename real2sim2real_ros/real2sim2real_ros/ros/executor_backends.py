@@ -25,8 +25,8 @@ import numpy as np
 from builtin_interfaces.msg import Duration
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from .core.execution_safety import INVALID_TRAJECTORY, Trajectory, TrajectoryViolation
-from .core.trajectory_goal import error_name
+from ..core.execution_safety import INVALID_TRAJECTORY, Trajectory, TrajectoryViolation
+from ..core.trajectory_goal import error_name
 from .goal_client import GoalClient
 from .qos import COMMAND
 from .ros_main import ConfigurationError

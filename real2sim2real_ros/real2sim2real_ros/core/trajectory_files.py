@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .core.execution_safety import MAX_TRAJECTORY_POINTS
+from .execution_safety import MAX_TRAJECTORY_POINTS
 
 
 def load_trajectory_file(path: str | Path) -> tuple[list[str], list[tuple[float, list[float]]]]:

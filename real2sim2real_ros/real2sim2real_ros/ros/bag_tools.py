@@ -23,7 +23,7 @@ from rclpy.qos import (
     ReliabilityPolicy,
 )
 
-from .core.bag_io import BagError, BagReader, BagWriter, MessageTypeError
+from ..core.bag_io import BagError, BagReader, BagWriter, MessageTypeError
 
 # rosbag2 writes "infinite" durations as these two numbers.
 _INFINITE_SEC, _INFINITE_NSEC = 2147483647, 4294967295

@@ -3,7 +3,7 @@
 Scripts, the ``r2s2r`` CLI, the demo and the integration tests all drive the nodes through
 this class: it calls the nodes' real services and actions over DDS and nothing else.
 
-    from real2sim2real_ros.commander import Commander
+    from real2sim2real_ros.ros.commander import Commander
     with Commander() as cmd:
         cmd.wait_until_up(timeout=30)
         cmd.arm()
