@@ -31,7 +31,7 @@ test: setup
 # processes, launch files, whole-loop runs in one process) run only in `make test`.
 test-fast: setup
 	@$(ENV) bash scripts/lint.sh
-	@$(ENV) python -m pytest real2sim2real_ros/test/unit
+	@$(ENV) python -m pytest -n auto real2sim2real_ros/test/unit
 
 demo: setup
 	@$(ENV) python -m real2sim2real_ros.demo $(if $(CELL),--cell-spec "$(CELL)")

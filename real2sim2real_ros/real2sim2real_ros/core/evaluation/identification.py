@@ -18,7 +18,7 @@ import numpy as np
 from ..joint_trajectory import JointTrajectoryCommand
 from ..sysid.config import load_identification_config
 from ..sysid.fit import Recording
-from ..sysid.probes import multisine_probe
+from ..sysid.probes import effort_limited_multisine, predicted_torques
 from ..sysid.stage import FitSettings
 
 
@@ -163,9 +163,11 @@ def _plan_arm_probes(robot, center, n, duration, scene, rest):
         chosen = None
         for amp in PROBE_AMPLITUDES:
             for _ in range(PROBE_SEEDS_PER_AMPLITUDE):
-                p = multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
-                                    robot.velocity_limits, duration=duration, amplitude=amp,
-                                    velocity_fraction=0.5, seed=seed, name=f'probe_{seed}')
+                # Each joint's excursion scaled so its predicted torque (gravity + inertia,
+                # MuJoCo inverse dynamics) stays within 80% of its effort limit.
+                p = effort_limited_multisine(robot, center, duration=duration, amplitude=amp,
+                                             velocity_fraction=0.5, seed=seed,
+                                             name=f'probe_{seed}')
                 seed += 1
                 slack = PROBE_CLEARANCE if scene is None else probe_clearance(scene, p, center,
                                                                               rest)
@@ -183,9 +185,12 @@ def _plan_arm_probes(robot, center, n, duration, scene, rest):
                             f' cm clear of the reconstructed table and objects: clear the '
                             f'space under the ready pose')
         probes.append(chosen[0])
+        peak = np.abs(predicted_torques(robot, chosen[0])).max(axis=0)
         record.append({'probe': chosen[0].name, 'amplitude_rad': chosen[1], 'rejected': False,
                        'slack_m': chosen[2], 'checked': scene is not None,
-                       'near_at_rest': len(rest or {})})
+                       'near_at_rest': len(rest or {}),
+                       'predicted_peak_torque_fraction': [
+                           round(float(x), 3) for x in peak / robot.effort_limits]})
     return probes, record
 
 

@@ -81,6 +81,16 @@ class StrikeConfig:
     move_dt: float = 0.05            # spacing of the moves' points
     joint_speed_fraction: float = 0.8   # of the velocity limits, at most
     directions: int = 12             # headings tried for a cylinder
+    # Azimuths (deg) of the tool's lean from straight back (the upper tool behind the contact),
+    # in order. The first (straight back) is taken at a heading whenever it plans a strike
+    # within the joint speed limits that passes the probe's checks; the others are tried
+    # only where it reaches the strike but cannot move so (never for one out of reach): the
+    # first of them fast enough for an informative slide (min_slide at the estimate), else
+    # the fastest. The pusher is round, so a lean to the side touches the object the same
+    # way, and lets an arm whose wrist would align at the straight-back lean (a Panda's
+    # joints 5 and 7 at joint 6 = pi) keep its wrist away from that. Within +-90: never over
+    # the object.
+    leans_deg: tuple = (0.0, 45.0, -45.0, 90.0, -90.0)
     tip_margin: float = 0.75         # mu_max h_com <= this x (COM to the front edge): upright
     # Above tip_margin (a tall object, or the prior's friction bound): a gentle strike whose
     # release cannot tip it, 1/2 v^2 < g dh (tip_energy_speed), the centre of mass taken
@@ -116,8 +126,12 @@ class StrikeConfig:
         extra = sorted(set(d) - known)
         if extra:
             raise ValueError(f'strike config: unknown field(s) {extra}; known {sorted(known)}')
-        kinds = {'directions': int, 'gentle_strikes': bool}
+        kinds = {'directions': int, 'gentle_strikes': bool,
+                 'leans_deg': lambda v: tuple(float(x) for x in v)}
         cfg = cls(**{k: kinds.get(k, float)(v) for k, v in d.items()})
+        if not cfg.leans_deg or any(abs(x) > 90 for x in cfg.leans_deg):
+            raise ValueError('strike config: leans_deg needs at least one lean, each within '
+                             '+-90 deg (the upper tool never over the object)')
         if not (0 < cfg.speed_min < cfg.speed_max and cfg.accel > 0 and cfg.decel > G
                 and 0 <= cfg.tilt < math.radians(60)):
             raise ValueError('strike config: need 0 < speed_min < speed_max, accel > 0, '
@@ -192,6 +206,7 @@ class StrikeInfo:
     push_length: float = 0.0         # m the object rides the tool (to the release)
     start_xy: list = field(default_factory=list)     # object position the plan assumed
     slide_range: list = field(default_factory=list)  # predicted slide at the friction bounds
+    lean: float = 0.0                # rad, azimuth of the tool's tilt from straight back
     gentle: bool = False             # speed capped so that the release cannot tip it
 
     def to_dict(self) -> dict:
@@ -228,11 +243,15 @@ class TiltedToolIK:
         self._down = self.ik.rot_ready.copy()
         self.tilt = float(tilt)
         self.heading = 0.0
+        # More than 6 arm joints: the tool-down task leaves a self-motion (ToolDownIK).
+        self.redundant = len(robot.joint_names) > 6
 
-    def set_heading(self, heading: float) -> None:
-        """Point the tilted tool along ``heading`` (rad) for the next solves."""
+    def set_heading(self, heading: float, lean: float = 0.0) -> None:
+        """Point the tilted tool along ``heading`` (rad) for the next solves, its tilt turned
+        by ``lean`` (rad, azimuth from straight back, positive counter-clockwise)."""
         self.heading = float(heading)
-        axis = np.array([-np.sin(heading), np.cos(heading), 0.0])
+        a = heading + lean
+        axis = np.array([-np.sin(a), np.cos(a), 0.0])
         quat, rot = np.zeros(4), np.zeros(9)
         mujoco.mju_axisAngle2Quat(quat, axis, -self.tilt)
         mujoco.mju_quat2Mat(rot, quat)
@@ -249,6 +268,52 @@ class TiltedToolIK:
     def tip(self, q) -> np.ndarray:
         """The tool tip's position (m) at joints ``q``."""
         return self.ik.tip_position(q)
+
+    def speed_ratio(self, q, tip_velocity, vlim) -> float:
+        """max_j |qd_j| / vlim_j of the least-norm joint rates moving the tip at
+        ``tip_velocity`` with the tilted tool held (large near a wrist singularity)."""
+        return float(np.max(np.abs(self.ik.joint_rates(q, tip_velocity)) / vlim))
+
+    def best_redundancy(self, target, q, checks, vlim, step: float = 0.3,
+                        reach: float = 3.0) -> np.ndarray:
+        """On a redundant arm, the joint positions for ``target`` along the arm's self-motion
+        from q (walked both ways, ``step`` rad at a time up to ``reach``, within the joint
+        limits) that need the least joint speed for the strike: the largest speed ratio over
+        ``checks`` [(tip point, tip velocity)], each point solved from the candidate. q itself
+        unless another is clearly better (10%). A non-redundant arm: q."""
+        dirs = self.ik.self_motions(q) if self.redundant else ()
+        if not len(dirs):
+            return q
+
+        def cost(c):
+            worst = 0.0
+            for point, vel in checks:
+                try:
+                    qc = self.ik.solve(point, c)
+                except ValueError:   # IKError: that candidate does not reach the strike
+                    return np.inf
+                worst = max(worst, self.speed_ratio(qc, vel, vlim))
+            return worst
+
+        robot = self.ik.robot
+        best, best_cost = q, cost(q)
+        for k in range(len(dirs)):
+            for sign in (1.0, -1.0):
+                c, d = q.copy(), sign * dirs[k]
+                for _ in range(int(reach / step)):
+                    try:
+                        c = self.ik.solve(target, np.clip(c + step * d, robot.lower,
+                                                          robot.upper))
+                    except ValueError:
+                        break
+                    nxt = self.ik.self_motions(c)
+                    if len(nxt) <= k:
+                        break
+                    d = nxt[k] * np.sign(nxt[k] @ d or 1.0)   # keep walking the same way
+                    cc = cost(c)
+                    if cc < 0.9 * best_cost:
+                        best, best_cost = c.copy(), cc
+        return best
 
 
 # ------------------------------------------------------------------ geometry helpers
@@ -426,14 +491,8 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     for obj in sorted(objects, key=lambda o: o.id):
         lo, est, hi = friction.get(obj.id, (0.2, 0.5, 1.0))
         others = [c for c in occupied if c.what != f'object {obj.id!r}']
-        options, reasons = [], []
-        for heading in _headings(obj, cfg):
-            option, why = _try_heading(obj, heading, table, others, cfg, ik, vlim, lo, est,
-                                       safe_z, q_seed, hi)
-            if option is None:
-                reasons.append(f'{math.degrees(_wrap(heading)):.0f} deg: {why}')
-                continue
-            options.append(option)
+        options, reasons = _strike_options(obj, table, others, cfg, ik, vlim, (lo, est, hi),
+                                           safe_z, q_seed)
         if not options:
             skipped[obj.id] = 'no safe strike (' + '; '.join(reasons[:4]) + ')'
             continue
@@ -470,6 +529,21 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     return StrikePlan(probe, strikes, skipped)
 
 
+def _strike_options(obj, table, others, cfg, ik, vlim, friction, safe_z, q_seed):
+    """The strikes of obj, one per heading that can strike it (_try_heading), and the reasons
+    of the headings that cannot."""
+    lo, est, hi = friction
+    options, reasons = [], []
+    for heading in _headings(obj, cfg):
+        option, why = _try_heading(obj, heading, table, others, cfg, ik, vlim, lo, est,
+                                   safe_z, q_seed, hi)
+        if option is None:
+            reasons.append(f'{math.degrees(_wrap(heading)):.0f} deg: {why}')
+            continue
+        options.append(option)
+    return options, reasons
+
+
 def tip_energy_speed(edge: float, h_com: float, g: float = G) -> float:
     """The release speed (m/s) below which a rigid object sliding on a table cannot tip over
     its front edge whatever the friction: tipping lifts the centre of mass (``h_com`` above
@@ -482,6 +556,12 @@ def tip_energy_speed(edge: float, h_com: float, g: float = G) -> float:
 
 def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, safe_z, q_seed,
                  mu_hi=1.0):
+    """The strike of obj along heading: straight back (the first of cfg.leans_deg) whenever
+    it plans one within the joint speed limits that passes the probe's checks; the other
+    leans only when straight back reaches the strike but cannot move it so (a wrist near a
+    singularity; never for a strike out of reach): the first of them fast enough for an
+    informative slide (or not slowed down at all), else the fastest.
+    (option, '') or (None, why: straight back's reason)."""
     u = np.array([np.cos(heading), np.sin(heading)])
     # Sliding, friction tips an object over its front edge when mu h_com > (COM to the edge)
     # and the release's kinetic energy lifts its centre of mass over the edge.
@@ -529,15 +609,71 @@ def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, sa
         return None, f'{free:.2f} m free before {why}'
     lift, creep = (cfg.lift, cfg.creep_extra) if v_tip is None else (cfg.gentle_lift,
                                                                       cfg.gentle_creep_extra)
-    ik.set_heading(heading)
+    best, why = None, 'the push is too fast for the joint speed limits'
+    for k, lean in enumerate(cfg.leans_deg):
+        option, why_lean = _try_lean(heading, math.radians(lean), start, u, v, cfg, ik, vlim,
+                                     mu_lo, safe_z, q_seed, table, free, extra, speed_min,
+                                     lift, creep)
+        if option is None:
+            if k > 0:
+                continue
+            why = why_lean
+            if why.startswith(_UNREACHABLE):
+                break
+            continue
+        option['gentle'] = v_tip is not None
+        if k == 0:
+            return option, ''
+        if best is None or option['speed'] > best['speed'] + 1e-9:
+            best = option
+        if option['speed'] >= min(v, max(v_info, speed_min)) - 1e-9:
+            break
+    return best, ('' if best is not None else why)
+
+
+_UNREACHABLE = 'unreachable'     # the start of _try_lean's reason for a strike out of reach
+
+
+def _approach(ik, start, rest_z, safe_z, q_seed, cfg, v, u, lift, creep, vlim):
+    """(q_above, q_rest, down): the joints above the start and at rest behind the object, and
+    the straight descent between them (_line_points). A non-redundant arm: the IK solutions
+    from q_seed, the descent to the tip of q_rest. A redundant arm: the self-motion needing the
+    least joint speed at the rest and at the release (TiltedToolIK.best_redundancy), q_rest
+    the descent's last point (the push starts where the descent ends)."""
+    q_above = ik.solve([*start, safe_z], q_seed)
+    q_rest = ik.solve([*start, rest_z], q_above)
+    duration = max(0.5, (safe_z - rest_z) / cfg.vertical_speed)
+    if not ik.redundant:
+        down = _line_points(ik, ik.tip(q_above), ik.tip(q_rest), duration, cfg.move_dt,
+                            q_above)
+        return q_above, q_rest, down
+    rest = np.array([*start, rest_z])
+    _, _, _, _, s_rel0 = _push_profile(v, cfg, lift, creep)
+    release = rest + np.array([*(s_rel0 * u), 0.0])
+    vel = np.array([*(v * u), 0.0])
+    q_best = ik.best_redundancy(rest, q_rest, [(rest, vel), (release, vel)], vlim)
+    if q_best is not q_rest:
+        q_above = ik.solve([*start, safe_z], q_best)
+    down = _line_points(ik, ik.tip(q_above), rest, duration, cfg.move_dt, q_above)
+    return q_above, down[1][-1], down
+
+
+def _try_lean(heading, lean, start, u, v, cfg, ik, vlim, mu_lo, safe_z, q_seed, table,
+              free, extra, speed_min, lift, creep):
+    """The fastest strike at speed <= v, slowed 10% at a time down to speed_min, with the tool
+    leaning ``lean`` from straight back: within the joint speed limits (vlim) along the push
+    and, as the whole strike from q_seed would be in the probe (_strike_motion), through the
+    probe's own checks (_probe_problem). (option, '') or (None, why)."""
+    ik.set_heading(heading, lean)
     z = cfg.tip_height
+    try:
+        q_above, q_rest, down = _approach(ik, start, table.height + z, safe_z, q_seed, cfg, v,
+                                          u, lift, creep, vlim)
+    except ValueError as exc:    # IKError: out of reach or past a limit
+        return None, f'{_UNREACHABLE} ({str(exc).splitlines()[0]})'
+    why = 'the push is too fast for the joint speed limits'
     while v >= speed_min:
         try:
-            q_above = ik.solve([*start, safe_z], q_seed)
-            q_rest = ik.solve([*start, table.height + z], q_above)
-            down = _line_points(ik, ik.tip(q_above), ik.tip(q_rest),
-                                max(0.5, (safe_z - table.height - z) / cfg.vertical_speed),
-                                cfg.move_dt, q_above)
             t, s, dz, t_rel, s_rel = _push_profile(v, cfg, lift, creep)
             pts = np.column_stack([start[None] + s[:, None] * u[None],
                                    table.height + z + dz])
@@ -547,24 +683,33 @@ def _try_heading(obj, heading, table, occupied, cfg, ik, vlim, mu_lo, mu_est, sa
             up = _line_points(ik, ik.tip(qs[-1]), top,
                               max(0.5, (safe_z - ik.tip(qs[-1])[2]) / cfg.vertical_speed),
                               cfg.move_dt, qs[-1])
-        except Exception as exc:  # noqa: BLE001 - IKError: out of reach or past a limit
-            return None, f'unreachable ({str(exc).splitlines()[0]})'
+        except ValueError as exc:    # IKError: out of reach or past a limit
+            return None, f'{_UNREACHABLE} ({str(exc).splitlines()[0]})'
         qd = np.gradient(np.vstack([q_rest, qs]), np.concatenate([[0.0], t]), axis=0)[1:]
         if np.all(np.abs(qd) <= vlim) and all(np.all(np.abs(m[2]) <= vlim) for m in (down, up)):
             travel = s_rel - cfg.gap + v * v / (2 * mu_lo * G) + extra
             if travel > free:
                 v *= 0.9
                 continue
-            return {'heading': heading, 'u': u, 'speed': v, 'start': start, 'q_above': q_above,
-                    'q_rest': q_rest, 'down': down, 'push': (t, qs, qd), 'up': up,
-                    'free': free, 'travel': travel, 't_release': t_rel,
-                    's_release': s_rel, 'gentle': v_tip is not None}, ''
+            option = {'heading': heading, 'lean': lean, 'u': u, 'speed': v, 'start': start,
+                      'q_above': q_above,
+                      'q_rest': q_rest, 'down': down, 'push': (t, qs, qd), 'up': up,
+                      'free': free, 'travel': travel, 't_release': t_rel,
+                      's_release': s_rel}
+            build = _Builder(q_seed)
+            _strike_motion(build, option, cfg, ik, mu_lo)
+            problem = _probe_problem(ik, table, vlim, build.times, build.pos, build.vel)
+            if not problem:
+                return option, ''
+            why = f'the whole strike fails the probe checks ({problem})'
         v *= 0.9
-    return None, 'the push is too fast for the joint speed limits'
+    return None, why
 
 
-def _append_strike(build: _Builder, obj, opt, cfg, ik, safe_z, mu_lo, mu_hi) -> StrikeInfo:
-    ik.set_heading(opt['heading'])
+def _strike_motion(build: _Builder, opt, cfg, ik, mu_lo):
+    """Append one strike's motion (travel above the start, down, push, settle, up) to build;
+    returns (t_rest, t_push, t_release, t_end) on the builder's clock."""
+    ik.set_heading(opt['heading'], opt['lean'])
     start = opt['start']
     # Travel (joint space, min-jerk) to above the start, then straight down.
     tip_now = ik.tip(build.q)
@@ -581,28 +726,46 @@ def _append_strike(build: _Builder, obj, opt, cfg, ik, safe_z, mu_lo, mu_hi) -> 
     qd[-1] = 0.0
     build.path(t, qs, qd)
     t_release = t_push + opt['t_release']
-    slide_max = opt['speed'] ** 2 / (2 * mu_lo * G)
     settle = max(cfg.settle_min, opt['speed'] / (mu_lo * G) + 0.6)
     build.hold(t_release + settle - build.t)
     t_end = build.t
     build.path(*opt['up'])
+    return t_rest, t_push, t_release, t_end
+
+
+def _append_strike(build: _Builder, obj, opt, cfg, ik, safe_z, mu_lo, mu_hi) -> StrikeInfo:
+    t_rest, t_push, t_release, t_end = _strike_motion(build, opt, cfg, ik, mu_lo)
+    slide_max = opt['speed'] ** 2 / (2 * mu_lo * G)
     return StrikeInfo(obj.id, float(_wrap(opt['heading'])), float(opt['speed']),
                       float(cfg.accel), float(t_rest), float(t_push), float(t_release),
                       float(t_end), float(max(opt['s_release'] - cfg.gap, 0.0)),
                       [float(x) for x in obj.xy],
                       [float(opt['speed'] ** 2 / (2 * mu_hi * G)), float(slide_max)],
-                      bool(opt.get('gentle', False)))
+                      float(opt['lean']), bool(opt.get('gentle', False)))
+
+
+def _probe_problem(ik: TiltedToolIK, table: TableRegion, vlim, times, positions,
+                   velocities) -> str:
+    """What a strike probe's points (times, positions, velocities) break, '' if nothing:
+    the joint limits, the joint speed limits (vlim is 80% of them: the commanded velocities
+    within the limits, the steps between points within 1.05 x) and the table (the tip
+    >= 4 mm above it)."""
+    robot = ik.ik.robot
+    positions, velocities = np.asarray(positions), np.asarray(velocities)
+    if not all(robot.within_limits(q) for q in positions):
+        return 'a strike probe point is past a joint limit'
+    if np.any(np.abs(velocities) > vlim / 0.8 + 1e-6):
+        return 'a strike probe point is past the joint speed limits'
+    dq = np.diff(positions, axis=0) / np.diff(np.asarray(times))[:, None]
+    if np.any(np.abs(dq) > vlim / 0.8 * 1.05 + 1e-6):
+        return 'a strike probe moves faster than the joint speed limits'
+    low = min(ik.tip(q)[2] for q in positions)
+    if low < table.height + 0.004:
+        return f'the tool tip comes within {low - table.height:.4f} m of the table'
+    return ''
 
 
 def _check_probe(robot, probe: Probe, ik: TiltedToolIK, table: TableRegion, vlim):
-    if not all(robot.within_limits(q) for q in probe.positions):
-        raise ProbeError('internal: a strike probe point is past a joint limit')
-    if np.any(np.abs(probe.velocities) > vlim / 0.8 + 1e-6):
-        raise ProbeError('internal: a strike probe point is past the joint speed limits')
-    dq = np.diff(probe.positions, axis=0) / np.diff(probe.times)[:, None]
-    if np.any(np.abs(dq) > vlim / 0.8 * 1.05 + 1e-6):
-        raise ProbeError('internal: a strike probe moves faster than the joint speed limits')
-    low = min(ik.tip(q)[2] for q in probe.positions)
-    if low < table.height + 0.004:
-        raise ProbeError(f'internal: the tool tip comes within {low - table.height:.4f} m of '
-                         f'the table')
+    problem = _probe_problem(ik, table, vlim, probe.times, probe.positions, probe.velocities)
+    if problem:
+        raise ProbeError(f'internal: {problem}')

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ['Probe', 'ProbeError', 'move_trajectory', 'multisine_probe', 'push_probe']
+__all__ = ['Probe', 'ProbeError', 'effort_limited_multisine', 'move_trajectory',
+           'multisine_probe', 'predicted_torques', 'push_probe']
 
 # Base frequencies (Hz); joint j uses FREQS[j::n_joints] style interleaving so no two joints
 # share one.
@@ -48,11 +49,13 @@ def _envelope(t: np.ndarray, duration: float, ramp: float) -> np.ndarray:
 def multisine_probe(joint_names, center, lower, upper, velocity_limits, *,
                     duration: float = 3.0, rate: float = 50.0, amplitude: float = 0.2,
                     velocity_fraction: float = 0.4, n_sines: int = 3, seed: int = 0,
-                    joints=None, name: str = 'multisine') -> Probe:
+                    joints=None, name: str = 'multisine', scale=None) -> Probe:
     """Multi-sine probe about ``center`` (rad); ``joints`` (names) limits which joints move.
 
     amplitude: peak excursion per joint (rad, reduced near a limit); velocity_fraction:
-    peak speed as a fraction of the joint's velocity limit.
+    peak speed as a fraction of the joint's velocity limit; scale: per-joint factors (0..1]
+    on each joint's excursion after those limits (``effort_limited_multisine``), the
+    waveforms (phases, frequencies) unchanged.
     """
     names = list(joint_names)
     n = len(names)
@@ -83,6 +86,8 @@ def multisine_probe(joint_names, center, lower, upper, velocity_limits, *,
         shape = s / np.abs(s).max()
         peak_speed = np.abs(np.gradient(shape, t_fine)).max()
         amp = min(amp, velocity_fraction * vlim[j] / peak_speed)
+        if scale is not None:
+            amp *= float(scale[j])
         q[:, j] = center[j] + amp * shape
     qd = np.gradient(q, t_fine, axis=0)
     step = max(1, int(round(1.0 / (rate * 0.001))))
@@ -91,6 +96,77 @@ def multisine_probe(joint_names, center, lower, upper, velocity_limits, *,
         idx = np.append(idx, t_fine.size - 1)
     qd[-1] = 0.0
     return Probe(names, t_fine[idx], q[idx], qd[idx], name)
+
+
+def predicted_torques(robot, probe: Probe, model=None) -> np.ndarray:
+    """(n_points, n_joints) joint torques (N m) the arm's actuators need to follow ``probe``:
+    MuJoCo inverse dynamics on the robot description's model (URDF masses and inertias, its
+    joint damping, the held joints where they are held), gravity counted in full (a real
+    arm's motors carry it; the emulated cell's gravity compensation is no part of the
+    actuators' effort limits there, so this errs on the safe side). Accelerations from the
+    probe's velocities. model: an MjModel of ``robot`` to use instead of ``robot.compile()``
+    (e.g. the twin's, with its armature)."""
+    import copy
+
+    import mujoco
+    m = copy.copy(robot.compile() if model is None else model)
+    m.body_gravcomp[:] = 0.0
+    d = mujoco.MjData(m)
+    qadr = robot.qpos_indices(m)
+    dadr = np.array([m.jnt_dofadr[m.jnt_qposadr.tolist().index(a)] for a in qadr])
+    t = np.asarray(probe.times, float)
+    qd = np.asarray(probe.velocities, float)
+    qdd = np.gradient(qd, t, axis=0) if len(t) > 1 else np.zeros_like(qd)
+    out = np.zeros_like(qd)
+    for k in range(len(t)):
+        d.qpos[:] = m.qpos0
+        d.qpos[qadr] = probe.positions[k]
+        d.qvel[:] = 0.0
+        d.qvel[dadr] = qd[k]
+        d.qacc[:] = 0.0
+        d.qacc[dadr] = qdd[k]
+        mujoco.mj_inverse(m, d)
+        out[k] = d.qfrc_inverse[dadr]
+    return out
+
+
+def effort_limited_multisine(robot, center, *, effort_fraction: float = 0.8,
+                             iterations: int = 8, model=None, **kw) -> Probe:
+    """``multisine_probe`` on ``robot``'s arm joints whose predicted torques
+    (``predicted_torques``) stay within ``effort_fraction`` of each joint's effort limit:
+    each joint's excursion is scaled down by the ratio of its allowed to its predicted
+    dynamic torque (the part above the torque of holding the centre), a few passes as the
+    joints couple. ProbeError, never a probe, when a joint's torque cannot be brought under
+    the margin (holding the centre alone needs more, or the passes do not converge). kw: as
+    ``multisine_probe``."""
+    if not 0 < effort_fraction <= 1:
+        raise ProbeError('need 0 < effort_fraction <= 1')
+    limit = effort_fraction * np.asarray(robot.effort_limits, float)
+    center = np.asarray(center, float)
+    names = list(robot.joint_names)
+    hold = Probe(names, np.array([0.0, 1.0]), np.vstack([center, center]),
+                 np.zeros((2, len(center))))
+    static = np.abs(predicted_torques(robot, hold, model)[0])
+    if np.any(static >= limit):
+        j = int(np.argmax(static / limit))
+        raise ProbeError(f"joint '{names[j]}' needs {static[j]:.1f} N m to hold the probe "
+                         f'centre, above {effort_fraction:.0%} of its {robot.effort_limits[j]:g}'
+                         f' N m effort limit: no room to excite it')
+    scale = np.ones(len(center))
+    for _ in range(iterations):
+        probe = multisine_probe(names, center, robot.lower, robot.upper,
+                                robot.velocity_limits, scale=scale, **kw)
+        peak = np.abs(predicted_torques(robot, probe, model)).max(axis=0)
+        if np.all(peak <= limit):
+            return probe
+        over = peak > limit
+        # The torque above holding the centre scales about with the excursion; aim 5% under.
+        dyn = np.maximum(peak - static, 1e-9)
+        scale[over] *= np.clip(0.95 * (limit[over] - static[over]) / dyn[over], 0.05, 0.95)
+    j = int(np.argmax(peak / limit))
+    raise ProbeError(f"joint '{names[j]}': the probe's predicted torque {peak[j]:.1f} N m "
+                     f'stays above {effort_fraction:.0%} of its {robot.effort_limits[j]:g} N m '
+                     f'effort limit after {iterations} reductions')
 
 
 def push_probe(robot, object_xyz, *, direction=(1.0, 0.0), approach: float = 0.08,

@@ -84,11 +84,13 @@ def _twin(robot, timer: StageTimer | None, **kw):
 # ------------------------------------------------------------------------ arm
 def arm_probes(robot, center, n: int, *, duration: float, amplitude: float,
                velocity_fraction: float) -> list:
-    """``n`` multisine probes (seeds 0..n-1) about ``center``; ProbeError when impossible."""
-    from .probes import multisine_probe
-    return [multisine_probe(robot.joint_names, center, robot.lower, robot.upper,
-                            robot.velocity_limits, duration=duration, amplitude=amplitude,
-                            velocity_fraction=velocity_fraction, seed=s, name=f'probe_{s}')
+    """``n`` multisine probes (seeds 0..n-1) about ``center``, each joint's predicted torque
+    within 80% of its effort limit (``effort_limited_multisine``); ProbeError when
+    impossible."""
+    from .probes import effort_limited_multisine
+    return [effort_limited_multisine(robot, center, duration=duration, amplitude=amplitude,
+                                     velocity_fraction=velocity_fraction, seed=s,
+                                     name=f'probe_{s}')
             for s in range(n)]
 
 

@@ -142,6 +142,33 @@ class ToolDownIK:
             out.append(q)
         return np.array(out)
 
+    def task_jacobian(self, q) -> np.ndarray:
+        """(6, n_joints) Jacobian of the task ``solve`` tracks at q: the tip's linear velocity
+        and its angular velocity, the latter without the roll about the tool axis on a
+        redundant arm (the round pusher's roll is free there, as in ``solve``)."""
+        _, rot = self.fk(q)
+        jacp, jacr = np.zeros((3, self.model.nv)), np.zeros((3, self.model.nv))
+        mujoco.mj_jacBody(self.model, self.data, jacp, jacr, self._tip)
+        if len(q) > 6:
+            z = rot[:, 2]
+            jacr = (np.eye(3) - np.outer(z, z)) @ jacr
+        return np.vstack([jacp, jacr])[:, self._dadr]
+
+    def joint_rates(self, q, tip_velocity) -> np.ndarray:
+        """Least-norm joint velocities moving the tip at ``tip_velocity`` (m/s, base frame)
+        with the tool orientation held (the task of ``solve``)."""
+        J = self.task_jacobian(q)
+        return np.linalg.pinv(J, rcond=1e-6) @ np.concatenate(
+            [np.asarray(tip_velocity, float), np.zeros(3)])
+
+    def self_motions(self, q) -> np.ndarray:
+        """(k, n_joints) orthonormal directions that move no part of the task at q (empty on
+        a non-redundant arm): the arm's redundancy, e.g. the elbow's swivel on a 7-DoF arm."""
+        J = self.task_jacobian(q)
+        _, sv, vt = np.linalg.svd(J)
+        rank = int(np.sum(sv > 1e-6 * max(sv.max(), 1e-12)))
+        return vt[rank:]
+
     def jacobian_xy(self, q) -> np.ndarray:
         """(2, n_joints) Jacobian of the tip's x, y at q (for velocity feed-forward)."""
         self.fk(q)
