@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -249,8 +250,12 @@ def test_old_states_are_stale_state_not_a_tracking_error(graph, lag, code):
     print(f'states {lag} s late: {result.error_code} after {took:.2f} s: {result.error_msg}')
     assert result.error_code == code, result.error_msg
     if code == TrajResult.STALE_STATE:
-        assert "the executor's state is old" in result.error_msg and 'disarmed' in \
-            result.error_msg and f'{lag:.2f} s old when it arrived' in result.error_msg
+        assert "the executor's state is old" in result.error_msg
+        assert 'disarmed' in result.error_msg
+        # The age includes the delivery delay: 2.51 s for 2.5 s stamps in a CI run at load
+        # 10-17 (2.50 s on a quiet machine).
+        age = re.search(r'latest was ([0-9.]+) s old when it arrived', result.error_msg)
+        assert age and lag <= float(age.group(1)) < lag + 0.25, result.error_msg
         assert not cmd.executor_status().armed and executor.alive('robot_executor')
         assert took < 10.0
     else:
