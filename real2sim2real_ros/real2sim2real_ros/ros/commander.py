@@ -71,6 +71,8 @@ GRAPH = {
 }
 # Only the emulated cell has these; a physical cell brings its own drivers instead.
 EMULATED_ONLY = ('emulated_cell',)
+# Refusals of robot_executor/arm that pass on their own right after bringup (Commander.arm).
+TRANSIENT_ARM_REFUSALS = ('waiting', 'is not available', 'no joint_states within')
 
 
 def expected_graph(cell: str = 'emulated') -> dict:
@@ -244,12 +246,14 @@ class Commander:
     def arm(self, wait: float = 10.0) -> Trigger.Response:
         """Arm the executor. It refuses until it has the robot description (a latched topic
         that may still be on its way right after bringup) and until it has discovered its
-        controller backend's server (discovery runs separately on each side): retry for up
-        to ``wait`` s while the refusal is one of those."""
+        controller backend's server (discovery runs separately on each side), and until its
+        joint_states are fresh (the cell's stream is discovered separately too, and on a
+        loaded PC it can pause past the executor's ``state_timeout``): retry for up to
+        ``wait`` s while the refusal is one of those."""
         deadline = time.monotonic() + wait
         while True:
             resp = self.call(Trigger, 'robot_executor/arm')
-            transient = 'waiting' in resp.message or 'is not available' in resp.message
+            transient = any(m in resp.message for m in TRANSIENT_ARM_REFUSALS)
             if resp.success or not transient or time.monotonic() > deadline:
                 return resp
             time.sleep(0.2)
