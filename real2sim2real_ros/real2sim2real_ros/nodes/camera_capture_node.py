@@ -37,7 +37,6 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import String
@@ -48,7 +47,7 @@ from ..core import capture_set as cs
 from ..core.camera_extrinsics import ExtrinsicsError, fk_pose_matrix, load_extrinsics
 from ..core.camera_model import Intrinsics
 from ..ros import qos
-from ..ros.params import Param, Params, bind
+from ..ros.params import Param, Params, bind_checked
 from ..ros.ros_main import ConfigurationError, run_node
 from ..ros.subscriptions import subscribed
 
@@ -87,12 +86,7 @@ PARAMETERS = (
 
 def _bind_parameters(node) -> Params:
     """Declare PARAMETERS on ``node``; an unusable value is a ConfigurationError (exit 2)."""
-    try:
-        return bind(node, PARAMETERS)
-    except (ParameterException, ValueError, TypeError) as exc:
-        err = ConfigurationError(f'camera_capture parameters: {exc}')
-        err.node_name = 'camera_capture'
-        raise err from None
+    return bind_checked(node, PARAMETERS, 'camera_capture')
 
 
 @dataclass

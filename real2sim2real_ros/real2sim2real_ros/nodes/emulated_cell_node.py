@@ -57,7 +57,6 @@ import time
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
@@ -76,7 +75,7 @@ from ..core.joint_trajectory import TrajectoryError
 from ..core.pacing import RealTimePacer
 from ..core.world import make_world
 from ..ros import qos
-from ..ros.params import Param, bind
+from ..ros.params import Param, bind_checked
 from ..ros.ros_main import ConfigurationError, run_node
 from . import cell_messages
 from .cell_messages import JointTrajectoryControllerState, trajectory_command_from_msg
@@ -123,12 +122,6 @@ PARAMETERS = (
 )
 
 
-def _config_error(text: str) -> ConfigurationError:
-    err = ConfigurationError(text)
-    err.node_name = NODE_NAME
-    return err
-
-
 class _Due:
     """World times at which the physics loop publishes next."""
     __slots__ = ('joint', 'clock', 'truth', 'frame')
@@ -141,15 +134,14 @@ class _Due:
 class EmulatedCellNode(Node):
     def __init__(self):
         super().__init__(NODE_NAME)
-        try:
-            self.p = bind(self, PARAMETERS, on_change=self._apply_rates)
-        except (ParameterException, ValueError, TypeError) as exc:
-            raise _config_error(str(exc)) from None
+        self.p = bind_checked(self, PARAMETERS, NODE_NAME, prefix='',
+                              on_change=self._apply_rates)
         try:
             self.spec = load_cell_spec(self.p.cell_spec or default_cell_spec_path())
             self.world = make_world(self.spec, self.p.robot_description_file or None)
         except (CellSpecError, WorldBuildError) as exc:
-            raise _config_error(f'cell spec {self.p.cell_spec or "(default)"}: {exc}') from None
+            raise ConfigurationError(f'cell spec {self.p.cell_spec or "(default)"}: {exc}',
+                                     NODE_NAME) from None
         self.real_time = self.p.real_time
         self.world_frame = self.p.world_frame
         self.controller = self.p.controller_name

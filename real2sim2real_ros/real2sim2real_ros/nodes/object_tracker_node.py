@@ -40,7 +40,6 @@ from collections import deque
 import numpy as np
 from geometry_msgs.msg import Point, Pose, PoseStamped, Quaternion
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import CameraInfo, Image, JointState
@@ -52,7 +51,7 @@ from real2sim2real_msgs.msg import Scene, TrackedObjects
 from ..core import object_tracking as ot
 from ..core.geometry import quat_msg_yaw, quat_xyzw_to_matrix
 from ..ros import qos
-from ..ros.params import Param, Params, bind
+from ..ros.params import Param, Params, bind_checked
 from ..ros.ros_main import ConfigurationError, run_node
 
 NODE_NAME = 'object_tracker'
@@ -138,18 +137,9 @@ class _Camera:
         self.subs = []
 
 
-def _config_error(text: str) -> ConfigurationError:
-    err = ConfigurationError(text)
-    err.node_name = NODE_NAME
-    return err
-
-
 def _bind_parameters(node) -> Params:
     """Declare PARAMETERS on ``node``; an unusable value is a ConfigurationError (exit 2)."""
-    try:
-        return bind(node, PARAMETERS)
-    except (ParameterException, ValueError, TypeError) as exc:
-        raise _config_error(str(exc)) from None
+    return bind_checked(node, PARAMETERS, NODE_NAME, prefix='')
 
 
 class ObjectTrackerNode(Node):
@@ -162,9 +152,10 @@ class ObjectTrackerNode(Node):
                 self.p.object_ids or [], self.p.object_shapes or [],
                 self.p.object_extents or [], self.p.object_poses or [])
         except ValueError as exc:
-            raise _config_error(str(exc)) from None
+            raise ConfigurationError(str(exc), NODE_NAME) from None
         if not self.p.cameras:
-            raise _config_error('cameras is empty; give at least one camera namespace')
+            raise ConfigurationError('cameras is empty; give at least one camera namespace',
+                                     NODE_NAME)
         self._lock = threading.Lock()
         self._objects: list[ot.TrackedObjectModel] = []
         self._table_height = 0.0

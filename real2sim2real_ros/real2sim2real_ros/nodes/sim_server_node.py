@@ -41,7 +41,6 @@ import time
 
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
@@ -64,7 +63,7 @@ from ..core.parameters import EstimateBook, ParameterError, UnknownParameterErro
 from ..core.rollout_goal import object_poses, state_vector_problem
 from ..core.twin import Twin, TwinError, UnstableTwinError
 from ..ros import qos
-from ..ros.params import Param, bind
+from ..ros.params import Param, bind_checked
 from ..ros.ros_main import ConfigurationError, run_node
 from .cell_messages import stamp, trajectory_command_from_msg
 from .twin_cameras import TwinCameras
@@ -124,7 +123,7 @@ class SimServerNode(Node):
             try:
                 self._values = load_parameter_values(self.p.parameters_file)
             except (ParameterError, ValueError) as exc:
-                raise self._config_error(f'parameters_file: {exc}') from None
+                raise ConfigurationError(f'parameters_file: {exc}', NODE_NAME) from None
         cb = ReentrantCallbackGroup()
         self._make_interfaces(cb)
         self._stop = threading.Event()
@@ -163,18 +162,10 @@ class SimServerNode(Node):
                                      self.p, cb)
 
     # ------------------------------------------------------------------ setup
-    def _config_error(self, text: str) -> ConfigurationError:
-        err = ConfigurationError(text)
-        err.node_name = NODE_NAME
-        return err
-
     def _bind_parameters(self):
         # The tunables (real_time_factor, joint_state_rate, nthread, rollout_chunk) follow
         # ros2 param set: the live loop and the next rollout read them from self.p.
-        try:
-            self.p = bind(self, PARAMETERS)
-        except (ParameterException, ValueError, TypeError) as exc:
-            raise self._config_error(f'sim_server parameters: {exc}') from None
+        self.p = bind_checked(self, PARAMETERS, NODE_NAME)
         self.camera_names = [str(n).strip('/') for n in self.p.camera_names or []
                              if str(n).strip('/')]
 
@@ -195,13 +186,13 @@ class SimServerNode(Node):
             text = (f'cannot build the twin: {UNSTABLE}: parameters_file '
                     f'{self.p.parameters_file or "(none)"}: {exc}')
             if fatal:
-                raise self._config_error(text) from None
+                raise ConfigurationError(text, NODE_NAME) from None
             self.get_logger().error(text)
             return text
         except (TwinError, ParameterError, ValueError, OSError) as exc:
             text = f'cannot build the twin: {str(exc).splitlines()[0]}'
             if fatal:
-                raise self._config_error(text) from None
+                raise ConfigurationError(text, NODE_NAME) from None
             self.get_logger().error(text)
             return text
         with self._lock:

@@ -2,7 +2,9 @@
 
 :func:`declare` declares one; a node lists its parameters as :class:`Param` data and
 :func:`bind` declares them all and keeps their live values (:class:`Params`), checked on
-set and applied after it (the pattern of nav2's parameter handler).
+set and applied after it (the pattern of nav2's parameter handler). :func:`bind_checked` is
+:func:`bind` for a node constructor: an unusable value is a ConfigurationError naming the node
+(run_node prints one line and exits 2).
 """
 from __future__ import annotations
 
@@ -136,3 +138,27 @@ def bind(node, specs, check=None, on_change=None) -> Params:
     node.add_on_set_parameters_callback(validate)
     node.add_post_set_parameters_callback(apply)
     return params
+
+
+def shipped_config(name: str) -> str:
+    """The path of the package's own ``config/<name>`` (its share directory): the default of
+    a file parameter left empty."""
+    from pathlib import Path
+
+    from ament_index_python.packages import get_package_share_directory
+    return str(Path(get_package_share_directory('real2sim2real_ros')) / 'config' / name)
+
+
+def bind_checked(node, specs, node_name: str, *, prefix: str | None = None, check=None,
+                 on_change=None) -> Params:
+    """:func:`bind`, with rclpy's declaration errors (range, type) and a value outside
+    ``choices`` raised as ``ConfigurationError(prefix + error, node_name)``; ``prefix``
+    defaults to ``'<node_name> parameters: '``."""
+    from rclpy.exceptions import ParameterException
+
+    from .ros_main import ConfigurationError
+    try:
+        return bind(node, specs, check=check, on_change=on_change)
+    except (ParameterException, ValueError, TypeError) as exc:
+        head = f'{node_name} parameters: ' if prefix is None else prefix
+        raise ConfigurationError(f'{head}{exc}', node_name) from None

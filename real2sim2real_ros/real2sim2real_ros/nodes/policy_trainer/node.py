@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from std_msgs.msg import String
 
@@ -18,7 +16,7 @@ from real2sim2real_msgs.action import Evaluate, Train
 from real2sim2real_msgs.msg import Scene
 
 from ...ros import qos
-from ...ros.params import Param, bind
+from ...ros.params import Param, bind_checked, shipped_config
 from ...ros.ros_main import ConfigurationError, run_node
 from .goals import EvaluateGoal, EvaluateResult, TrainGoal, TrainResult
 from .job import CANCEL_GRACE, MAX_EVAL_TRIALS, SCENE_GRACE, GoalFailed, Job
@@ -72,12 +70,6 @@ PARAMETERS = (
 )
 
 
-def _configuration_error(text: str) -> ConfigurationError:
-    err = ConfigurationError(text)
-    err.node_name = NODE_NAME
-    return err
-
-
 class PolicyTrainerNode(TrainGoal, EvaluateGoal, Node):
     def __init__(self):
         super().__init__(NODE_NAME)
@@ -114,20 +106,14 @@ class PolicyTrainerNode(TrainGoal, EvaluateGoal, Node):
     # ------------------------------------------------------------------ setup
     def _read_parameters(self):
         # Tunables follow `ros2 param set` between goals (a running goal copied its values).
-        try:
-            self.p = bind(self, PARAMETERS)
-        except (ParameterException, ValueError, TypeError) as exc:
-            raise _configuration_error(f'policy_trainer parameters: {exc}') from None
-        self._twin_parameters_file = self.p.twin_parameters_file
-        if not self._twin_parameters_file:
-            from ament_index_python.packages import get_package_share_directory
-            self._twin_parameters_file = str(Path(get_package_share_directory(
-                'real2sim2real_ros')) / 'config' / 'identification.yaml')
+        self.p = bind_checked(self, PARAMETERS, NODE_NAME)
+        self._twin_parameters_file = (self.p.twin_parameters_file
+                                      or shipped_config('identification.yaml'))
         from ...core.sysid.config import load_parameter_values
         try:
             self._start_values = load_parameter_values(self._twin_parameters_file)
         except Exception as exc:  # noqa: BLE001 - any unreadable or invalid file
-            raise _configuration_error(f'policy_trainer parameters: {exc}') from None
+            raise ConfigurationError(f'policy_trainer parameters: {exc}', NODE_NAME) from None
 
     def _load_robot(self, source: str, fatal: bool):
         from ...core.robot_description import load_robot
@@ -136,7 +122,7 @@ class PolicyTrainerNode(TrainGoal, EvaluateGoal, Node):
         except Exception as exc:  # noqa: BLE001 - any unusable URDF
             text = f'robot description unusable: {str(exc).splitlines()[0]}'
             if fatal:
-                raise _configuration_error(text) from None
+                raise ConfigurationError(text, NODE_NAME) from None
             self.get_logger().error(text)
             with self._lock:
                 self._robot_error = text

@@ -31,7 +31,10 @@ the file; a task_goal that does not fit the task also gets INVALID_CHECKPOINT), 
 outside the workspace (WORKSPACE_VIOLATION), all before anything moves. Observations: the
 joint state above and the object's pose from ``tracked_objects_topic``
 (real2sim2real_msgs/TrackedObjects from the object_tracker, subscribed only while a policy goal
-runs); no pose younger than ``observation_timeout`` -> OBSERVATION_UNAVAILABLE. Every
+runs; the lazy tracker starts when it sees the subscription); a pose older than
+``observation_timeout`` is no observation, and none within ``observation_wait`` while the arm
+is at rest (first observation, outcome; in the closed loop ``observation_timeout``) ->
+OBSERVATION_UNAVAILABLE. Every
 trajectory the policy produces is validated against the measured position before it is sent
 (LIMIT_VIOLATION / WORKSPACE_VIOLATION: not sent, the arm holds); tracking, stop/disarm, cancel
 and the goal's ``max_duration`` (else ``policy_max_duration``; TIMEOUT) are supervised as for

@@ -23,7 +23,7 @@ from real2sim2real_msgs.srv import GetStatus
 from ...core import execution_safety as es
 from ...ros import qos
 from ...ros.executor_backends import BACKENDS, BackendError, make_backend, trajectory_to_msg
-from ...ros.params import Param, bind
+from ...ros.params import Param, bind_checked
 from ...ros.ros_main import ConfigurationError, run_node
 from ...ros.state_listener import StateListener
 from .policy_goal import PolicyGoals
@@ -86,6 +86,10 @@ PARAMETERS = (
     Param('observation_timeout', 1.0,
           'execute_policy: an object pose measured longer ago than this (s) is no '
           'observation; none fresh -> OBSERVATION_UNAVAILABLE.', lo=0.05, hi=30.0),
+    Param('observation_wait', 5.0,
+          'execute_policy: seconds to wait for a fresh pose while the arm is at rest (the '
+          'first observation, the outcome); in the closed loop observation_timeout.',
+          lo=0.05, hi=60.0),
     Param('policy_max_duration', 60.0,
           'execute_policy: seconds an episode may take when the goal gives no max_duration '
           '(then TIMEOUT, holding the arm).', lo=0.1, hi=3600.0),
@@ -155,11 +159,8 @@ class RobotExecutorNode(Node):
     def _read_parameters(self):
         # Tunables may change at run time (ros2 param set); a running goal keeps its values
         # where it copied them. rclpy checks the ranges; the workspace box is checked here.
-        try:
-            self.p = bind(self, PARAMETERS, check=_workspace_problem,
-                          on_change=self._on_parameters)
-        except Exception as exc:  # rclpy range errors, wrong types, bad choices
-            raise ConfigurationError(f'robot_executor parameters: {exc}') from None
+        self.p = bind_checked(self, PARAMETERS, 'robot_executor', check=_workspace_problem,
+                              on_change=self._on_parameters)
         problem = _workspace_problem(self.p.as_dict())
         if problem:
             raise ConfigurationError(f'workspace_min/workspace_max: {problem}')
@@ -244,6 +245,7 @@ class RobotExecutorNode(Node):
             return
         if ex.bag is not None:
             self.recorder.record(ex, self.joint_states_topic(), msg, now)
+            ex.state_stamps.append(stamp)
         if ex.monitor is not None and ex.t0 is not None and complete:
             with self.lock:
                 if not ex.frozen:

@@ -27,6 +27,7 @@ from ...ros import qos
 from ...ros.executor_backends import BackendError, trajectory_to_msg
 from ...ros.goal_client import error_codes
 from ...ros.subscriptions import subscribed
+from .recording import Recorder
 from .supervision import (
     FEEDBACK_PERIOD,
     MAX_EXTRAPOLATION,
@@ -55,8 +56,8 @@ TRACKED_OBJECTS_TYPE = 'real2sim2real_msgs/msg/TrackedObjects'
 POLICY_STEP_TYPE = 'real2sim2real_msgs/msg/PolicyStep'
 POLICY_STEPS_TOPIC = 'policy_steps'
 # The parameters a policy manifest records beyond the trajectory's.
-_POLICY_PARAMETERS = ('observation_timeout', 'policy_max_duration', 'approach_height',
-                      'approach_velocity_fraction', 'approach_tip_speed')
+_POLICY_PARAMETERS = ('observation_timeout', 'observation_wait', 'policy_max_duration',
+                      'approach_height', 'approach_velocity_fraction', 'approach_tip_speed')
 
 
 @dataclass
@@ -189,7 +190,7 @@ class PolicyGoals:
         problem = n.backend.ready()
         if problem:
             raise Abort(Result.STOPPED, f'controller unavailable: {problem}')
-        run.first_pose = self._await_pose(goal_handle, ex, run)
+        run.first_pose = self._await_pose(goal_handle, ex, run, wait=n.p.observation_wait)
         q = self._state_or_abort(Result.OBSERVATION_UNAVAILABLE)
         try:
             motions = run.episode.start(q, run.first_pose)
@@ -210,7 +211,8 @@ class PolicyGoals:
         last = run.motions[-1] if run.motions else None
         after = last[1] + last[2] + last[3] if last else -math.inf
         try:
-            run.final_pose = self._await_pose(goal_handle, ex, run, after=after, hold=False)
+            run.final_pose = self._await_pose(goal_handle, ex, run, after=after, hold=False,
+                                              wait=self.node.p.observation_wait)
         except Abort as exc:
             if exc.code != Result.OBSERVATION_UNAVAILABLE:
                 raise               # stop, cancel, max_duration... while waiting for it
@@ -316,12 +318,16 @@ class PolicyGoals:
         self._watch(goal_handle, ex, run, done)
 
     def _await_pose(self, goal_handle, ex: Execution, run: PolicyRun,
-                    after: float = -math.inf, hold: bool = True):
+                    after: float = -math.inf, hold: bool = True, wait: float | None = None):
         """A pose of the episode's object measured within observation_timeout (and not before
-        ``after``), waiting up to observation_timeout for one; OBSERVATION_UNAVAILABLE."""
+        ``after``), waiting up to ``wait`` s (default observation_timeout) for one;
+        OBSERVATION_UNAVAILABLE. The arm is at rest when ``wait`` is longer: the first
+        observation pays the new subscription's discovery and the tracker's next frame
+        (measured in `make demo` at load 5-10: over 1 s, 3 of 3 runs failed)."""
         n = self.node
         timeout = n.p.observation_timeout
-        deadline = n.now() + timeout
+        waited = timeout if wait is None else max(wait, timeout)
+        deadline = n.now() + waited
         got = []
 
         def ready(now):
@@ -334,7 +340,7 @@ class PolicyGoals:
         self._watch(goal_handle, ex, run, ready, deadline)
         if not got:
             with n.lock:
-                why = ex.poses.describe_missing(ex.tracked_topic, timeout)
+                why = ex.poses.describe_missing(ex.tracked_topic, waited)
             if after > -math.inf and ex.poses.pose is not None:
                 why += f' (want one measured after {after:.3f}, the end of the last motion)'
             raise self._abort(ex, Result.OBSERVATION_UNAVAILABLE, why, hold=hold)
@@ -439,6 +445,7 @@ def _manifest_results(ex: Execution, run: PolicyRun, result, code, message) -> d
         'error_msg': message, 'task_success': bool(result.task_success),
         'steps': int(result.steps), 'duration': float(result.duration),
         'bag_path': result.bag_path, 'recording_problem': ex.bag_error,
+        **Recorder.state_summary(ex),
         'episode': run.episode.summary() if run.episode is not None else {},
         'final_goal_error': final_error,
         'first_object_pose': _pose_dict(run.first_pose),

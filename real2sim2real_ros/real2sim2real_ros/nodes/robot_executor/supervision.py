@@ -55,6 +55,7 @@ class Execution:
     poses: object = None               # policy goals: core.policy_execution.PoseBuffer
     tracked_topic: str = ''
     stage: object = None               # core.artifacts stage of the goal, once made
+    state_stamps: list = field(default_factory=list)   # recorded joint_states' header stamps
 
 
 @dataclass

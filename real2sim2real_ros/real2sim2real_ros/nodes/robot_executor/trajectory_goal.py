@@ -72,6 +72,7 @@ class TrajectoryGoals:
                 'final_error': result.final_error, 'duration': result.duration,
                 'bag_path': result.bag_path, 'recording_problem': ex.bag_error,
                 'worst_joint': ex.worst_joint, 'tracking_samples': ex.samples,
+                **n.recorder.state_summary(ex),
             }, result.bag_path)
         return self._finish(goal_handle, result, code, message)
 

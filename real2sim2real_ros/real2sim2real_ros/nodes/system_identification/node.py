@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.exceptions import ParameterException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
@@ -30,7 +29,7 @@ from ...core.sysid.stage import ProbeExecutionError
 from ...core.twin import TwinError, UnstableTwinError
 from ...ros import qos
 from ...ros.goal_client import GoalClient
-from ...ros.params import Param, bind
+from ...ros.params import Param, bind_checked, shipped_config
 from ...ros.ros_main import ConfigurationError, run_node
 from ...ros.subscriptions import subscribed
 from .failure import GoalFailed
@@ -85,12 +84,6 @@ PARAMETERS = (
           "MJCF scene whose objects are identified; '' = the latest message on the latched "
           'scene topic (scene_reconstruction). Read at each goal.'),
 )
-
-
-def _configuration_error(text: str) -> ConfigurationError:
-    err = ConfigurationError(text)
-    err.node_name = NODE_NAME
-    return err
 
 
 def error_code_for(exc: BaseException) -> int:
@@ -149,15 +142,8 @@ class SystemIdentificationNode(ExecutorProbes, Node):
     # ------------------------------------------------------------------ setup
     def _read_parameters(self):
         # Tunables follow `ros2 param set` between goals.
-        try:
-            self.p = bind(self, PARAMETERS)
-        except (ParameterException, ValueError, TypeError) as exc:
-            raise _configuration_error(f'system_identification parameters: {exc}') from None
-        self._parameters_file = self.p.parameters_file
-        if not self._parameters_file:
-            from ament_index_python.packages import get_package_share_directory
-            self._parameters_file = str(Path(get_package_share_directory(
-                'real2sim2real_ros')) / 'config' / 'identification.yaml')
+        self.p = bind_checked(self, PARAMETERS, NODE_NAME)
+        self._parameters_file = self.p.parameters_file or shipped_config('identification.yaml')
 
     def _load_robot(self, source: str, fatal: bool):
         from ...core.robot_description import load_robot
@@ -166,7 +152,7 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         except Exception as exc:  # noqa: BLE001 - any unusable URDF
             text = f'robot description unusable: {str(exc).splitlines()[0]}'
             if fatal:
-                raise _configuration_error(text) from None
+                raise ConfigurationError(text, NODE_NAME) from None
             self.get_logger().error(text)
             self._robot_error = text
             return
