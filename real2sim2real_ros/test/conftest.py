@@ -42,6 +42,24 @@ def _record_skip(report):
         _skipped.append((report.nodeid, _skip_reason(report)))
 
 
+# A deadlock that holds the GIL (seen: Fast DDS's unregister_timer under the garbage
+# collector) stops pytest-timeout too, whose handler is Python; faulthandler's watchdog is a C
+# thread: it prints every thread's stack and ends the run, instead of a silent hang.
+WATCHDOG_MARGIN_S = 120
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import faulthandler
+    import sys
+    limit = float(item.config.getini('timeout') or 300) + WATCHDOG_MARGIN_S
+    faulthandler.dump_traceback_later(limit, exit=True, file=sys.stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 def pytest_runtest_logreport(report):
     _record_skip(report)
 
@@ -141,7 +159,7 @@ def capture_server():
     import time
 
     import rclpy
-    from rclpy.action import ActionServer, GoalResponse
+    from rclpy.action import ActionClient, ActionServer, GoalResponse
     from rclpy.callback_groups import ReentrantCallbackGroup
     from rclpy.executors import MultiThreadedExecutor
 
@@ -174,6 +192,13 @@ def capture_server():
     finally:
         server.destroy()
         executor.shutdown(timeout_sec=2.0)
+        # The tests' action clients: destroyed here, not by the garbage collector at some
+        # later moment (a Fast DDS deadlock there hung a CI run; ros/commander.py).
+        for waitable in list(client_node.waitables):
+            if isinstance(waitable, ActionClient):
+                waitable.destroy()
+        for node in (client_node, server_node):
+            node.destroy_node()
         rclpy.try_shutdown(context=ctx)
         spin.join(timeout=2.0)
 

@@ -151,6 +151,15 @@ class Commander:
         self._closing.set()
         self._spin_thread.join(timeout=2.0)   # spin_once returns within 0.1 s
         self._executor.shutdown(timeout_sec=1.0)
+        # Node.destroy_node leaves action clients alive; the garbage collector then destroys
+        # their DDS readers at a random later moment, and Fast DDS 3.2 can deadlock there
+        # against its own discovery thread (seen: a CI run hung in ResourceEvent::
+        # unregister_timer under gc, while the previous graph's participants went away;
+        # eProsima/Fast-DDS#6502). Destroy them here, while this participant is quiet.
+        for key, client in list(self._clients.items()):
+            if key[0] != 'srv':
+                client.destroy()
+        self._clients.clear()
         self.node.destroy_node()
         rclpy.try_shutdown(context=self._ctx)
 

@@ -129,6 +129,10 @@ class MoveGroupDouble:
 
     def close(self):
         self._server.destroy()
+        with self._lock:   # destroy_node would leave them to the garbage collector
+            for client in self._clients.values():
+                client.destroy()
+            self._clients.clear()
         self._executor.shutdown(timeout_sec=2.0)
         rclpy.try_shutdown(context=self.ctx)
         self._thread.join(timeout=2.0)
