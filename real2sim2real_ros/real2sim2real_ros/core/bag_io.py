@@ -716,6 +716,22 @@ def _open_reader(path: Path) -> Reader:
                        f'corrupt file?)') from None
 
 
+GAP_FACTOR = 1.5   # a spacing above this x the median spacing is a gap: messages were lost
+
+
+def stream_gaps(stamps) -> tuple[float, np.ndarray]:
+    """(median spacing, indices ``i`` with ``stamps[i + 1] - stamps[i]`` a gap) of a stream's
+    increasing stamps (s): where messages of a fixed-rate stream were lost on the way (a
+    reliable keep-last-10 writer drops what a starved reader has not acknowledged). Fewer
+    than 2 stamps: (0, no gaps)."""
+    t = np.asarray(stamps, float)
+    if t.size < 2:
+        return 0.0, np.zeros(0, int)
+    d = np.diff(t)
+    dt = float(np.median(d))
+    return dt, (np.flatnonzero(d > GAP_FACTOR * dt) if dt > 0 else np.zeros(0, int))
+
+
 def bag_info(path: str | os.PathLike) -> dict:
     """Summary like ``ros2 bag info``: storage, size, duration, start/end, counts per topic."""
     with BagReader(path) as bag:

@@ -8,8 +8,8 @@ enters non-linearly. Per recorded sample and joint::
 
 * ``q, qd, qdd``: the recorded joint positions smoothed and differentiated by a
   Savitzky-Golay filter (``scipy.signal.savgol_filter``, cubic/quartic local polynomials over
-  ``window_s``; zero phase, so no lag). A recording is cut at gaps (spacing above
-  ``GAP_FACTOR`` x the median: lost joint states) and filtered one segment at a time;
+  ``window_s``; zero phase, so no lag). A recording is cut at gaps (``core.bag_io.
+  stream_gaps``: lost joint states) and filtered one segment at a time;
   samples of a segment that are not evenly spaced are first interpolated linearly onto an
   even grid of the median spacing;
 * ``tau_servo(L)``: the torque the twin's servo would command, ``kp (p - q) + kv (v - qd+)``,
@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
+from ..bag_io import stream_gaps
 from ..parameters import ParameterSpec, split_name
 
 __all__ = ['ArmRegression', 'RegressionNotPossible', 'RegressionOptions',
@@ -108,32 +109,24 @@ def regression_supported(twin, specs: list[ParameterSpec]) -> bool:
     return bool(specs)
 
 
-GAP_FACTOR = 1.5   # a spacing above this x the median spacing is a gap: samples were lost
-
-
 def _segments(times, positions):
-    """(t, q, dt, slices): the recording cut at gaps (lost samples: a loaded PC's middleware
-    drops joint states) into runs of evenly spaced samples, each interpolated onto an even
-    grid of the median spacing where its spacing jitters, concatenated; ``slices`` index the
-    runs in ``t``. Differentiating across a gap would turn the missing motion into a torque
-    spike (measured: a 0.24 s gap at load 4 gave 105 N m on shoulder_pan and left its damping
-    pinned at a bound), so every filter runs on one segment at a time."""
+    """(runs, dt): the recording cut at gaps (``core.bag_io.stream_gaps``: a loaded PC's
+    middleware drops joint states) into runs ``(t, q)`` of evenly spaced samples, each
+    interpolated onto an even grid of the median spacing ``dt`` where its spacing jitters.
+    Differentiating across a gap would turn the missing motion into a torque spike (measured:
+    a 0.24 s gap at load 4 gave 105 N m on shoulder_pan and left its damping pinned at a
+    bound), so every filter runs on one run at a time."""
     t = np.asarray(times, float)
     q = np.asarray(positions, float)
-    dt = float(np.median(np.diff(t)))
-    cuts = np.flatnonzero(np.diff(t) > GAP_FACTOR * dt) + 1
-    ts, qs, slices, n = [], [], [], 0
-    for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [t.size]])):
-        tt, qq = t[a:b], q[a:b]
+    dt, at = stream_gaps(t)
+    runs = []
+    for tt, qq in zip(np.split(t, at + 1), np.split(q, at + 1)):
         if tt.size > 1 and np.max(np.abs(np.diff(tt) - dt)) > 0.01 * dt:
             grid = np.arange(tt[0], tt[-1] + 0.5 * dt, dt)
             qq = np.column_stack([np.interp(grid, tt, qq[:, j]) for j in range(q.shape[1])])
             tt = grid
-        ts.append(tt)
-        qs.append(qq)
-        slices.append(slice(n, n + tt.size))
-        n += tt.size
-    return np.concatenate(ts), np.concatenate(qs), dt, slices
+        runs.append((tt, qq))
+    return runs, dt
 
 
 def _savgol(a, slices, kw, **extra):
@@ -147,19 +140,18 @@ def _filtered(rec, opt: RegressionOptions):
     by Savitzky-Golay per gap-free segment; segments shorter than three filter windows are
     left out."""
     from scipy.signal import savgol_coeffs
-    t, q, dt, slices = _segments(rec.times, rec.positions)
+    runs, dt = _segments(rec.times, rec.positions)
     win = max(opt.polyorder + 2, int(round(opt.window_s / dt)) | 1)
     if win % 2 == 0:
         win += 1
-    slices = [s for s in slices if s.stop - s.start >= 3 * win]
-    if not slices:
+    runs = [(tt, qq) for tt, qq in runs if tt.size >= 3 * win]
+    if not runs:
         raise RegressionNotPossible(f'{rec.name}: no run of {3 * win} evenly spaced samples '
                                     f'(too few for a {opt.window_s} s filter window)')
-    idx = np.concatenate([np.arange(s.start, s.stop) for s in slices])
-    t, q = t[idx], q[idx]
-    lengths = [s.stop - s.start for s in slices]
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    slices = [slice(int(a), int(a + n)) for a, n in zip(starts, lengths)]
+    ends = np.cumsum([tt.size for tt, _ in runs])
+    slices = [slice(int(a), int(b)) for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
+    t = np.concatenate([tt for tt, _ in runs])
+    q = np.concatenate([qq for _, qq in runs])
     kw = dict(window_length=win, polyorder=opt.polyorder, axis=0, mode='interp')
     qs = _savgol(q, slices, kw)
     qd = _savgol(q, slices, kw, deriv=1, delta=dt)

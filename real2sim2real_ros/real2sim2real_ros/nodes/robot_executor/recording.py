@@ -91,15 +91,12 @@ class Recorder:
 
     @staticmethod
     def state_summary(ex: Execution) -> dict:
-        """Recorded joint states and those lost upstream (stamp gaps over 1.5 x the median
-        spacing, counted in median spacings) for the manifest."""
+        """Recorded joint states and those lost upstream (core.bag_io.stream_gaps, each gap
+        counted in median spacings) for the manifest."""
+        from ...core.bag_io import stream_gaps
         stamps = np.asarray(ex.state_stamps, float)
-        if stamps.size < 3:
-            return {'joint_states_recorded': int(stamps.size), 'joint_states_lost': 0,
-                    'joint_state_gaps': 0}
-        d = np.diff(stamps)
-        dt = float(np.median(d))
-        gaps = d[d > 1.5 * dt] if dt > 0 else d[:0]
+        dt, at = stream_gaps(stamps)
+        gaps = np.diff(stamps)[at]
         return {'joint_states_recorded': int(stamps.size),
                 'joint_states_lost': int(np.sum(np.round(gaps / dt) - 1)) if gaps.size else 0,
                 'joint_state_gaps': int(gaps.size)}
