@@ -44,6 +44,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     play.add_argument('-l', '--loop', action='store_true', help='start again at the end')
     play.add_argument('--wait-for-subscribers', type=float, default=0.0, metavar='S',
                       help='wait up to S seconds for every topic to have a subscriber')
+    play.add_argument('-d', '--delay', type=float, default=0.0, metavar='S',
+                      help='sleep S seconds before playing (each loop), as ros2 bag play '
+                           '--delay: lets subscribers match the player after it matched them')
     play.add_argument('--no-progress', action='store_true', help='no progress bar')
     play.set_defaults(func=cmd_play)
 
@@ -164,7 +167,8 @@ def cmd_play(args) -> int:
             player = BagPlayer(node, args.bag, rate=args.rate, topics=args.topics,
                                publish_clock=args.clock is not None, loop=args.loop,
                                clock_hz=args.clock or 100.0,
-                               wait_for_subscribers_s=args.wait_for_subscribers)
+                               wait_for_subscribers_s=args.wait_for_subscribers,
+                               delay_s=args.delay)
         except BagError as exc:
             return _fail(str(exc))
         with _StopFlag(on_stop=player.stop) as stop_flag:

@@ -41,8 +41,9 @@ one would break that trajectory's time axis). Fast mode: ``t0`` = 0 and /clock i
 
 Threads: physics (and joint states) run on their own thread; in real-time mode cameras render
 on another, so a slow frame never delays ``joint_states``. The executor only serves the
-trajectory subscription and the service. In real time the physics thread runs at nice -10
-where the process may raise its priority (root / CAP_SYS_NICE), the camera thread at nice 10
+trajectory subscription and the service. In real time the physics thread, the executor and
+the DDS threads run at nice -10 where the process may raise its priority (root /
+CAP_SYS_NICE), the camera thread at nice 10
 (see docs/cell_spec.md); core/pacing.py keeps the physics on the wall clock.
 Parameters that are not read-only (the rates) follow ``ros2 param set``.
 Exit code 2 with one line on stderr for an unusable cell spec or parameter.
@@ -304,15 +305,27 @@ class EmulatedCellNode(Node):
     def _raise_physics_priority(self):
         """A real cell's controller runs on its own machine (or a real-time thread) and never
         waits for the PC's other work; the emulated one shares the CPU with the whole graph.
-        Give the physics thread (it also publishes joint_states) a higher CPU priority so
-        that CPU load beside the graph does not make the cell's clock fall behind wall time.
-        Without the privilege (non-root, no CAP_SYS_NICE) it keeps the default and says so."""
+        Give the controller side a higher CPU priority: the physics thread (it also publishes
+        joint_states) and every thread still at the default priority (the executor that
+        receives trajectories, the DDS threads), so that CPU load beside the graph neither
+        makes the cell's clock fall behind wall time nor delays a stop command. The camera
+        thread lowers itself (and its GL workers) to nice 10. Without the privilege
+        (non-root, no CAP_SYS_NICE) everything keeps the default and it says so."""
         try:
             tid = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, tid, PHYSICS_NICE)
-            return f'physics thread at nice {os.getpriority(os.PRIO_PROCESS, tid)}'
         except (AttributeError, OSError) as exc:
             return f'physics thread at default priority ({exc})'
+        raised = 0
+        for task in os.listdir('/proc/self/task'):
+            try:
+                if os.getpriority(os.PRIO_PROCESS, int(task)) == 0:
+                    os.setpriority(os.PRIO_PROCESS, int(task), PHYSICS_NICE)
+                    raised += 1
+            except OSError:   # the thread ended meanwhile
+                continue
+        return (f'physics thread at nice {os.getpriority(os.PRIO_PROCESS, tid)}, '
+                f'{raised} more threads (executor, DDS) with it')
 
     def _physics_loop(self):
         w = self.world

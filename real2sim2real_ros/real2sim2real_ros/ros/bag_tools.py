@@ -32,6 +32,7 @@ LATCHED_TOPIC_NAMES = ('robot_description', 'scene', 'scene/markers', 'physical_
                        'tf_static')
 # ROS-internal topics that "record all" leaves out (rosbag2 records them; we do not want them).
 INTERNAL_TOPICS = ('/rosout', '/parameter_events')
+MAX_DELAY_S = 3600.0   # bag play --delay: the documented upper bound (s)
 
 
 def message_class(msgtype: str):
@@ -224,23 +225,29 @@ class BagPlayer:
     published)`` is called at most every 50 ms. With ``publish_clock`` /clock carries the
     recorded time at ``clock_hz`` and before every message. ``wait_for_subscribers_s`` waits
     (up to that long) for every publisher to match a subscriber before the first message,
-    so volatile topics do not lose their first messages to discovery.
+    so volatile topics do not lose their first messages to discovery; ``delay_s`` then sleeps
+    before each pass (``ros2 bag play --delay``): a publisher that has matched a subscriber
+    does not mean the subscriber has matched it (discovery runs on each side), and reliable
+    messages sent in between arrive late and bunched.
     """
 
     def __init__(self, node, path: str | Path, rate: float = 1.0,
                  topics: Iterable[str] | None = None, publish_clock: bool = False,
                  loop: bool = False, start_paused: bool = False, *,
                  clock_hz: float = 100.0, wait_for_subscribers_s: float = 0.0,
-                 qos_overrides: dict[str, QoSProfile] | None = None):
+                 delay_s: float = 0.0, qos_overrides: dict[str, QoSProfile] | None = None):
         if not rate > 0:
             raise BagError(f'rate must be > 0, got {rate}')
         if publish_clock and not clock_hz > 0:
             raise BagError(f'clock_hz must be > 0, got {clock_hz}')
+        if not 0.0 <= delay_s <= MAX_DELAY_S:
+            raise BagError(f'delay must be 0 .. {MAX_DELAY_S:.0f} s, got {delay_s}')
         self.node = node
         self.rate = float(rate)
         self.loop = loop
         self.clock_period_s = 1.0 / clock_hz if publish_clock else None
         self.wait_for_subscribers_s = wait_for_subscribers_s
+        self.delay_s = float(delay_s)
         self.bag = BagReader(path)
         bag_topics = self.bag.topics
         wanted = list(bag_topics) if topics is None else [_absolute(t) for t in topics]
@@ -303,7 +310,7 @@ class BagPlayer:
     def play(self, progress: Callable[[int, int, int], None] | None = None) -> int:
         """Play (loops until stop() when ``loop``); returns the number of messages published."""
         self._wait_for_subscribers()
-        while not self._stop.is_set():
+        while not self._stop.wait(self.delay_s):
             self._play_once(progress)
             if not self.loop:
                 break

@@ -1,8 +1,11 @@
 """Collect one topic's messages in an rclpy context of its own (tests, benchmarks, tools).
 
 The listener spins on a background thread, optionally in another ROS domain, and keeps
-(receive time, message) pairs. Its default QoS is reliable with a deep history, so a loaded
-machine loses nothing on the reader's side (the publisher's QoS still decides what is offered).
+(receive time, message) pairs, and each message's DDS source timestamp (when its publisher
+wrote it, system clock): ``snapshot_sent()``. A latency between two other processes measured
+on source timestamps does not include how late this process was scheduled to receive them.
+Its default QoS is reliable with a deep history, so a loaded machine loses nothing on the
+reader's side (the publisher's QoS still decides what is offered).
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 
 class TopicListener:
-    """``messages`` holds (receive time from ``clock``, msg)."""
+    """``messages`` holds (receive time from ``clock``, msg); ``snapshot_sent()`` (publisher's
+    write time, s since the epoch, msg)."""
 
     def __init__(self, msg_type, topic: str, qos=None, domain_id: int | None = None,
                  clock=time.monotonic):
@@ -27,6 +31,7 @@ class TopicListener:
         rclpy.init(**kwargs)
         self.node = rclpy.create_node('topic_listener', context=self.ctx)
         self.messages = []
+        self._sent = []
         self._lock = threading.Lock()
         # Default: reliable with a deep history, so a loaded machine loses nothing on the
         # reader's side (the publishers' own QoS still decides what is offered).
@@ -43,13 +48,19 @@ class TopicListener:
         except Exception:  # noqa: BLE001 - context shut down
             pass
 
-    def _on_msg(self, msg):
+    def _on_msg(self, msg, info):
         with self._lock:
             self.messages.append((self._clock(), msg))
+            self._sent.append(info['source_timestamp'] * 1e-9)
 
     def snapshot(self):
         with self._lock:
             return list(self.messages)
+
+    def snapshot_sent(self):
+        """(source timestamp, msg): when each message's publisher wrote it (system clock)."""
+        with self._lock:
+            return [(t, m) for t, (_, m) in zip(self._sent, self.messages, strict=True)]
 
     def wait_for(self, count: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -148,7 +148,8 @@ def _play_and_receive(ros_env, bag, rate):
     try:
         player = subprocess.Popen(
             [sys.executable, '-m', 'real2sim2real_ros.cli.bag_cli', 'play', str(bag),
-             '--rate', str(rate), '--wait-for-subscribers', '15', '--no-progress'],
+             '--rate', str(rate), '--wait-for-subscribers', '15', '--delay', '0.5',
+             '--no-progress'],
             env=env, stderr=subprocess.PIPE, text=True)
         procs.append(player)
         _out, err = player.communicate(timeout=60)

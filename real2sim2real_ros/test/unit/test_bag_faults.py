@@ -284,3 +284,10 @@ def test_disk_full_keeps_the_previous_file_of_an_atomic_write(tmp_path, full_dis
         atomic_write_json(target, {'v': 2, 'pad': 'x' * 100})
     assert json.loads(target.read_text()) == {'v': 1}
     assert [p.name for p in tmp_path.iterdir()] == ['params.json']
+
+
+@pytest.mark.parametrize('delay', ['-1', 'nan', '1e9'])
+def test_bag_play_refuses_a_delay_out_of_range(bag, delay):
+    res = _cli('play', str(bag), '--no-progress', '--delay', delay)
+    assert res.returncode != 0
+    assert f'delay must be 0 .. 3600 s, got {float(delay)}' in res.stderr, res.stderr
