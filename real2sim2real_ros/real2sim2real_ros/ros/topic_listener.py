@@ -22,14 +22,14 @@ class TopicListener:
     write time, s since the epoch, msg)."""
 
     def __init__(self, msg_type, topic: str, qos=None, domain_id: int | None = None,
-                 clock=time.monotonic):
+                 clock=time.monotonic, node_name: str = 'topic_listener'):
         self._clock = clock
         self.ctx = rclpy.Context()
         kwargs = {'context': self.ctx}
         if domain_id is not None:
             kwargs['domain_id'] = domain_id
         rclpy.init(**kwargs)
-        self.node = rclpy.create_node('topic_listener', context=self.ctx)
+        self.node = rclpy.create_node(node_name, context=self.ctx)
         self.messages = []
         self._sent = []
         self._lock = threading.Lock()
