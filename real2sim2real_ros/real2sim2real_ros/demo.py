@@ -38,12 +38,21 @@ def _say(text: str):
     console.print(f'[bold cyan]demo[/] {text}')
 
 
-def _params_file(share: Path, run_dir: Path, args) -> Path:
+# The nodes that build a twin from the identification config, and so need the servo gains.
+GAIN_NODES = ('system_identification', 'sim_server', 'policy_trainer')
+
+
+def _params_file(share: Path, run_dir: Path, args, controller_config: Path) -> Path:
+    """config/params.yaml with the demo's budgets and the cell's controller configuration
+    (``controller_config`` on the nodes of GAIN_NODES, as a lab sets its own)."""
     import yaml
     params = yaml.safe_load((share / 'config' / 'params.yaml').read_text())
     loop = params.setdefault('/**/loop_coordinator', {}).setdefault('ros__parameters', {})
     loop.update({'task': args.task, 'train_total_steps': int(args.train_steps),
                  'execute_trials': int(args.trials), 'twin_eval_trials': int(args.twin_trials)})
+    for node in GAIN_NODES:
+        entry = params.setdefault(f'/**/{node}', {}).setdefault('ros__parameters', {})
+        entry['controller_config'] = str(controller_config)
     path = run_dir / 'demo_params.yaml'
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path
@@ -96,8 +105,8 @@ def main(argv=None) -> int:
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix='r2s2r_demo_')).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     share = Path(get_package_share_directory('real2sim2real_ros'))
-    params = _params_file(share, run_dir, args)
-    launch_args = {'cell': 'emulated', 'run_dir': str(run_dir), 'params_file': str(params)}
+    launch_args = {'cell': 'emulated', 'run_dir': str(run_dir)}
+    cell = share / 'config' / 'cells' / 'default.yaml'
     if args.cell_spec:
         cell = Path(args.cell_spec).expanduser()
         if not cell.is_file():
@@ -108,12 +117,18 @@ def main(argv=None) -> int:
             return 2
         launch_args['cell_spec'] = str(cell.resolve())
         _say(f'cell spec {launch_args["cell_spec"]}')
+    from real2sim2real_ros.core.cell_spec import load_cell_spec
+    from real2sim2real_ros.core.controller_config import cell_controller_config
+    controllers = cell_controller_config(load_cell_spec(cell))
+    _say(f'controllers {controllers} (the servo gains the twin uses)')
+    launch_args['params_file'] = str(_params_file(share, run_dir, args, controllers))
     if _sim_clock(args.clock, launch_args.get('cell_spec')):
         launch_args.update({'cell_real_time': 'false', 'use_sim_time': 'true'})
         _say('clock: simulated (/clock from the emulated cell, every node on use_sim_time)')
     _say(f'ROS_DOMAIN_ID={domain}, discovery LOCALHOST, run dir {run_dir}')
     _say(f'budgets: train {args.train_steps} twin episodes, {args.trials} cell trials, '
-         f'{args.twin_trials} twin evaluation episodes ({params.name})')
+         f'{args.twin_trials} twin evaluation episodes '
+         f'({Path(launch_args["params_file"]).name})')
     t0 = time.monotonic()
     graph = LaunchedGraph(share / 'launch' / 'bringup.launch.xml', launch_args,
                           log_dir=run_dir / 'launch_logs').start()

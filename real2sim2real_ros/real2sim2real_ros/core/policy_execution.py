@@ -15,12 +15,13 @@ the controller backend, supervision). Here:
 * :func:`make_episode` turns (loaded policy, goal) into an episode:
 
   - **slide_to_target** (one-shot): ONE observation (object pose + goal) -> ONE action -> the
-    task's own ``plan()``. Two motions, both planned and validated before anything moves:
+    task's own ``plan()``. Three motions, all planned and validated before anything moves:
     the approach to the plan's ``q_start`` (lift the tool if it is lower than the plan's
     approach pose ``q_above``, move to that pose, descend straight down onto ``q_start``,
-    tool pointing down) and the strike
-    (the plan's trajectory, after a short hold at ``q_start``; the plan's settle time
-    follows it before the outcome is observed).
+    tool pointing down), the strike (the plan's trajectory, after a short hold at
+    ``q_start``; the plan's settle time follows it) and the retreat (the tool straight up to
+    ``approach_height`` above the table, out of the object's way); then the outcome is
+    observed.
   - **push_to_pose** (closed loop): the approach to the task's start pose (the tool behind
     the box), then one step per control period (the task's ``1 / control_rate``):
     observation -> action -> the next short segment, a one-point trajectory reached after
@@ -601,7 +602,31 @@ class SlideEpisode(PolicyEpisode):
                         settle=max(0.0, plan['duration'] - float(plan['times'][-1])))
         strike.validated = self.gate.validate(strike.trajectory, plan['q_start'], 'strike')
         self.done_reason = 'one-shot'
-        return [approach, strike]
+        retreat = self._retreat(np.asarray(plan['positions'][-1], float))
+        return [approach, strike] + ([retreat] if retreat is not None else [])
+
+    def _retreat(self, q_end) -> Motion | None:
+        """After the strike and its settle: the tool straight up from where the strike left
+        it to ``approach_height`` above the table (None when it is that high already). The
+        arm leaves the object's way before the outcome is observed (the camera sees past the
+        tool) and before anyone puts the object back: the Panda's hand left low where its
+        strikes end sat where the emulated cell's reset puts the box, which launched the box
+        to (0.26, 0.02) at every reset (trials 3-10 of ``make demo CELL=panda``)."""
+        ik = self.task.ik
+        tip = ik.tip_position(q_end)
+        hover = self.task.cfg.table_height + self.settings.approach_height
+        if tip[2] >= hover - 0.005:
+            return None
+        try:
+            t, q, v = _line_leg(ik, tip, [tip[0], tip[1], hover], q_end,
+                                self.gate.limits.velocity * self.gate.velocity_scale,
+                                self.settings)
+        except IKError as exc:
+            raise ExecutionError(WORKSPACE_VIOLATION, f'retreat: the tool cannot lift '
+                                 f'straight up from {np.round(tip, 3).tolist()}: {exc}') from None
+        m = Motion('retreat', es.Trajectory(tuple(self.gate.limits.names), t, q, v))
+        m.validated = self.gate.validate(m.trajectory, q_end, 'retreat')
+        return m
 
     def state(self, pose: ObjectPose) -> dict:
         """slide_to_target's state for the object at ``pose``."""

@@ -63,7 +63,7 @@ from ..core.parameters import EstimateBook, ParameterError, UnknownParameterErro
 from ..core.rollout_goal import object_poses, state_vector_problem
 from ..core.twin import Twin, TwinError, UnstableTwinError
 from ..ros import qos
-from ..ros.params import Param, bind_checked
+from ..ros.params import CONTROLLER_CONFIG, Param, bind_checked
 from ..ros.ros_main import ConfigurationError, run_node
 from .cell_messages import stamp, trajectory_command_from_msg
 from .twin_cameras import TwinCameras
@@ -84,6 +84,7 @@ PARAMETERS = (
     Param('parameters_file', '',
           'Starting parameters: identification config (known + priors) or an identified '
           "parameter set; '' = the robot description's values.", read_only=True),
+    CONTROLLER_CONFIG,
     Param('timestep', 0.001, 'Physics step (s).', lo=0.0001, hi=0.01, read_only=True),
     Param('real_time_factor', 2.0, 'Live loop speed over the wall clock; 0 = as fast as it '
           'can.', lo=0.0, hi=1000.0),
@@ -121,7 +122,8 @@ class SimServerNode(Node):
         if self.p.parameters_file:
             from ..core.sysid.config import load_parameter_values
             try:
-                self._values = load_parameter_values(self.p.parameters_file)
+                self._values = load_parameter_values(self.p.parameters_file, None,
+                                                     self.p.controller_config or None)
             except (ParameterError, ValueError) as exc:
                 raise ConfigurationError(f'parameters_file: {exc}', NODE_NAME) from None
         cb = ReentrantCallbackGroup()
@@ -177,7 +179,8 @@ class SimServerNode(Node):
             twin = Twin(robot, scene=self._scene, timestep=self.p.timestep)
             if self.p.parameters_file:   # joint templates expanded for this robot's arm
                 from ..core.sysid.config import load_parameter_values
-                self._values = load_parameter_values(self.p.parameters_file, robot)
+                self._values = load_parameter_values(self.p.parameters_file, robot,
+                                                     self.p.controller_config or None)
             known = {n: v for n, v in self._values.items() if self._known_name(twin, n)}
             twin.set_parameters(known)
             if known:

@@ -73,6 +73,15 @@ class Param:
     type_: str | None = None
 
 
+# The lab's servo gains: one parameter, the same on every node that builds a twin from an
+# identification config (system_identification, sim_server, policy_trainer).
+CONTROLLER_CONFIG = Param(
+    'controller_config', '',
+    "The lab's ros2_control controllers YAML with the arm's servo gains (known values, never "
+    "identified; core/controller_config.py); '' = the one the identification config names "
+    '(config/controllers/default_arm.yaml: the default cell arm).', read_only=True)
+
+
 class Params:
     """The live values of a node's parameters, by name (``params.max_tracking_error``).
 

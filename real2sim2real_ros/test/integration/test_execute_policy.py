@@ -173,13 +173,13 @@ def test_policy_strikes_the_box_towards_the_goal_and_records_it(graph, checkpoin
     radius = SlideConfig().success_radius
     if abs(err1 - radius) > 0.005:
         assert result.task_success == (err1 <= radius)
-    # One observation, one action; approach (~1.6 s) + strike + settle (1.2 s).
+    # One observation, one action; approach (~1.6 s) + strike + settle (1.2 s) + retreat.
     assert result.steps == 1
     assert 2.5 < result.duration < 15.0
     assert feedback and feedback[-1].step == 1
     elapsed = [f.elapsed for f in feedback]
     assert elapsed == sorted(elapsed) and elapsed[-1] > 2.0
-    assert topics[cmd_topic].count == 2, 'approach + strike'
+    assert topics[cmd_topic].count == 3, 'approach + strike + retreat'
     # Every joint state that reached the executor is in the bag; the manifest counts those
     # the stream lost on the way (measured at load 5: 46 of 453); >= 90% of the cell's 100 Hz
     # together (as test_cell_integration).
@@ -189,7 +189,7 @@ def test_policy_strikes_the_box_towards_the_goal_and_records_it(graph, checkpoin
     assert res['joint_states_lost'] <= 0.25 * published
     assert topics[tracked].count >= 10
     assert res['task_success'] == result.task_success and res['steps'] == 1
-    assert [m['label'] for m in res['motions']] == ['approach', 'strike']
+    assert [m['label'] for m in res['motions']] == ['approach', 'strike', 'retreat']
     assert Path(result.bag_path).parent.name.startswith('execute_policy_')
     assert res['max_tracking_error'] < 0.15
 

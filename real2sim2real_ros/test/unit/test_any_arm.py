@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,6 +168,40 @@ def test_controller_gains_keyed_by_the_robots_joint_names(tmp_path):
     assert controller_gains(path, ['a', 'b']) == {}
     with pytest.raises(ParameterError, match=r"not for the arm joint\(s\) \['joint3'\]"):
         controller_gains(path, ['joint1', 'joint2', 'joint3'])
+
+
+def test_the_live_nodes_take_the_labs_controller_config(arms, tmp_path):
+    """The nodes' ``controller_config`` parameter: with the Panda's controller file the twin
+    starts from its servo gains (the identification config alone names the default arm's, so
+    the live Panda fit ran against the URDF's: residual 14.6 x the noise), for an
+    identification config and beside a parameter set; the demo passes the cell's file."""
+    from real2sim2real_ros.core.controller_config import cell_controller_config
+    from real2sim2real_ros.demo import GAIN_NODES, _params_file
+    robot, cfg = arms['panda'], identification_config_path()
+    ctrl = cell_controller_config(load_cell_spec(f'{CELLS}/panda.yaml'))
+    assert ctrl.name == 'panda.yaml'
+    kp = {f'actuator/{j}/kp': v for j, v in zip(ARM['panda'], (2000.0, 2000.0, 1600.0, 1600.0,
+                                                                  300.0, 300.0, 150.0))}
+    assert not any(k.startswith('actuator/') for k in load_parameter_values(cfg, robot))
+    values = load_parameter_values(cfg, robot, str(ctrl))
+    assert {k: values[k] for k in kp} == kp
+    assert load_identification_config(cfg, robot, str(ctrl)).known == {
+        k: v for k, v in values.items() if k.startswith('actuator/')}
+    pset = tmp_path / 'identified.yaml'
+    pset.write_text("parameters:\n  - {name: joint/panda_joint1/damping, value: 0.3}\n"
+                    "  - {name: actuator/panda_joint7/kp, value: 140.0}\n")
+    got = load_parameter_values(pset, robot, str(ctrl))
+    assert got['joint/panda_joint1/damping'] == 0.3
+    assert got['actuator/panda_joint7/kp'] == 140.0          # the set's own value wins
+    assert got['actuator/panda_joint1/kp'] == 2000.0         # the rest from the lab's file
+    import types
+
+    import yaml
+    share = Path(identification_config_path()).parents[1]
+    args = types.SimpleNamespace(task='slide_to_target', train_steps=8, trials=1, twin_trials=1)
+    params = yaml.safe_load(_params_file(share, tmp_path, args, ctrl).read_text())
+    for node in GAIN_NODES:
+        assert params[f'/**/{node}']['ros__parameters']['controller_config'] == str(ctrl)
 
 
 @pytest.mark.parametrize('name', ['panda', 'xarm7'])

@@ -185,11 +185,22 @@ def test_slide_plans_validate_and_keep_clear_of_the_box(slide, gate, limits, box
             q0 = q0 + np.array([0.0, 0.0, 0.0, 0.25, -0.15, 0.1])
     ep = pe.make_episode(loaded(slide, demo_speed(0.4)), gate, goal)
     obs_pose = pose(*box, yaw)
-    approach, strike = ep.start(np.asarray(q0), obs_pose)
+    approach, strike, retreat = ep.start(np.asarray(q0), obs_pose)
     assert ep.steps == 1 and ep.actions[0][0] > 0.5
-    # Both validated: joint limits, velocity limits, workspace.
+    # All validated: joint limits, velocity limits, workspace.
     assert approach.validated is not None and strike.validated is not None
     assert approach.validated.workspace_samples > 10 and strike.validated.workspace_samples > 10
+    # The retreat starts where the strike ends and lifts the tool straight up to the
+    # approach height: out of the box's way.
+    assert retreat.validated is not None and retreat.settle == 0.0
+    np.testing.assert_allclose(retreat.trajectory.positions[0], strike.trajectory.positions[-1],
+                               atol=1e-6)
+    tips = np.array([slide.ik.tip_position(q) for q in retreat.trajectory.positions])
+    tip0 = slide.ik.tip_position(strike.trajectory.positions[-1])
+    assert np.abs(tips[:, :2] - tip0[:2]).max() < 1e-3
+    assert tips[-1, 2] == pytest.approx(slide.cfg.table_height + ep.settings.approach_height,
+                                        abs=1e-3)
+    assert np.all(np.diff(tips[:, 2]) > -1e-4)
     # The approach ends exactly where the task's plan starts, and the strike starts there.
     np.testing.assert_allclose(approach.trajectory.positions[-1], ep.plan['q_start'])
     np.testing.assert_allclose(strike.trajectory.positions[0], ep.plan['q_start'])
@@ -250,7 +261,8 @@ def test_a_strike_faster_than_the_joints_allow_is_refused(slide, gate, robot):
             'strike', 'elbow_joint', 'rad/s')
     ep = pe.make_episode(loaded(slide, lambda obs: np.array([1.8, 0.0])), gate, [0.69, 0.15])
     motions = ep.start(READY_POSE, pose(0.55, 0.12, 0.35))
-    assert [m.label for m in motions] == ['approach', 'strike'] and ep.plan['time_scale'] > 1
+    assert [m.label for m in motions] == ['approach', 'strike', 'retreat']
+    assert ep.plan['time_scale'] > 1
 
 
 def test_pose_buffer_freshness():
@@ -297,13 +309,16 @@ def test_slide_episode_on_the_emulated_cell_moves_the_box_to_the_goal(slide, gat
     # The cell's box has friction 0.55, but the servo launches it ~30% faster than the
     # commanded speed (the twin reproduces that; this analytic rule does not): aim softer.
     ep = pe.make_episode(loaded(slide, demo_speed(0.35)), gate, goal)
-    approach, strike = ep.start(cell.q(), start)
+    approach, strike, retreat = ep.start(cell.q(), start)
     cell.send(gate, approach, approach.duration + 0.5)
     # The approach does not touch the box.
     assert np.linalg.norm(cell.pose().xy - start.xy) < 1e-3
     np.testing.assert_allclose(cell.q(), ep.plan['q_start'], atol=0.02)
     cell.send(gate, strike, strike.duration + strike.settle)
+    slid = cell.pose()
+    cell.send(gate, retreat, retreat.duration + 0.3)
     end = cell.pose()
+    assert np.linalg.norm(end.xy - slid.xy) < 1e-3, 'the retreat does not touch the box'
     before, after = np.linalg.norm(goal - start.xy), np.linalg.norm(goal - end.xy)
     print(f'slide on the cell: box moved {np.linalg.norm(end.xy - start.xy) * 1e3:.1f} mm, '
           f'goal error {before * 1e3:.1f} -> {after * 1e3:.1f} mm, success {ep.success(end)}')
@@ -333,3 +348,44 @@ def test_push_episode_closes_the_loop_on_the_emulated_cell(push, gate):
     assert np.linalg.norm(goal - end.xy) < 0.5 * np.linalg.norm(goal - start.xy)
     assert ep.done_reason == 'success' and ep.success(end)
     assert 3 <= ep.steps <= push.cfg.max_steps
+
+
+@pytest.mark.parametrize('cell', ['default', 'panda'])
+def test_after_a_slide_the_object_can_be_put_back(cell):
+    """The strike ends with the tool where the box started (a push of a few cm from behind
+    it), which is where the emulated cell's reset (and an operator) puts the box back. The
+    retreat lifts the tool clear first: the reset box rests at its spec pose. Left low (the
+    episode without its retreat), the Panda's tool launched the reset box 25-124 mm away
+    (``make demo CELL=panda``: trials 3-10 refused for a box at (0.26, 0.02)); the default
+    arm's thin pusher nudged it 3 mm."""
+    from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
+    from real2sim2real_ros.core.tools import resolve_robot_urdf
+    spec = load_cell_spec(default_cell_spec_path().replace('default.yaml', f'{cell}.yaml'))
+    robot = load_robot(default_cell_urdf() if cell == 'default' else
+                       resolve_robot_urdf('example-robot-data:panda+pusher'))
+    task = get_task('slide_to_target', robot)
+    gate = pe.SafetyGate(es.JointLimits.from_robot(robot), robot.fk, WORKSPACE,
+                         fk_lipschitz=es.fk_lipschitz_bound(robot))
+    home = np.array(spec.object('box_0').xyz[:2])
+    off = {}
+    for retreat in (True, False):
+        world = EmulatedWorld(spec)
+        world.reset()
+        world.step_for(0.3)
+        xyz, quat = world.object_poses()['box_0']
+        ep = pe.make_episode(loaded(task, demo_speed(0.35)), gate, [0.647, 0.143])
+        motions = ep.start(world.joint_positions(), pe.ObjectPose.from_xyz_quat(xyz, quat, 0.0))
+        assert [m.label for m in motions] == ['approach', 'strike', 'retreat']
+        for m in motions if retreat else motions[:2]:
+            gate.validate(m.trajectory, world.joint_positions(), m.label)
+            t = m.trajectory
+            world.set_trajectory(JointTrajectoryCommand(list(world.joint_names), t.times,
+                                                        t.positions, t.velocities))
+            world.step_for(t.duration + m.settle + 0.3)
+        world.reset_objects()
+        world.step_for(1.0)
+        off[retreat] = float(np.linalg.norm(world.object_poses()['box_0'][0][:2] - home))
+    print(f'{cell}: reset box off its pose by {1e3 * off[True]:.1f} mm after the retreat, '
+          f'{1e3 * off[False]:.1f} mm with the tool left low')
+    assert off[True] < 5e-4
+    assert off[False] > (0.02 if cell == 'panda' else 0.002)

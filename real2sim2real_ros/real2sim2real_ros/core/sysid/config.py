@@ -313,14 +313,21 @@ def load_identification_config(path, robot=None,
                                 notes)
 
 
-def load_parameter_values(path, robot=None) -> dict[str, float]:
+def load_parameter_values(path, robot=None, controller_config=None) -> dict[str, float]:
     """{name: value} from an identification config (known + priors, its templates expanded
-    for ``robot``, None = the default cell arm) or a parameter set."""
+    for ``robot``, None = the default cell arm) or a parameter set. ``controller_config``: the
+    lab's controller YAML instead of the config's own; beside a parameter set, its servo
+    gains fill in the gains the set does not hold."""
     data = _read(path)
     if data.get('controller_config') or any(_is_template(i)
                                             for i in data.get('parameters') or []):
-        return load_identification_config(path, robot).start_values()
-    values = _known(data, path)
+        return load_identification_config(path, robot, controller_config).start_values()
+    values = {}
+    if controller_config:
+        robot = robot if robot is not None else _default_robot()
+        values.update(controller_gains(str(Path(controller_config).expanduser()),
+                                       list(robot.joint_names)))
+    values.update(_known(data, path))
     for item in data.get('parameters') or []:
         if not isinstance(item, dict) or 'name' not in item:
             raise ParameterError(f'{path}: parameter entry {item!r} has no name')

@@ -16,7 +16,7 @@ from real2sim2real_msgs.action import Evaluate, Train
 from real2sim2real_msgs.msg import Scene
 
 from ...ros import qos
-from ...ros.params import Param, bind_checked, shipped_config
+from ...ros.params import CONTROLLER_CONFIG, Param, bind_checked, shipped_config
 from ...ros.ros_main import ConfigurationError, run_node
 from .goals import EvaluateGoal, EvaluateResult, TrainGoal, TrainResult
 from .job import CANCEL_GRACE, MAX_EVAL_TRIALS, SCENE_GRACE, GoalFailed, Job
@@ -31,6 +31,7 @@ PARAMETERS = (
           'Starting values of the twin: an identification config (known controller gains + '
           "priors, what sim_server starts from) or a parameter set; '' = the package's "
           'config/identification.yaml.', read_only=True),
+    CONTROLLER_CONFIG,
     Param('scene_path', '',
           "Scene MJCF (scene_reconstruction's scene.xml); '' = the latched scene topic, else "
           "the task's own scene."),
@@ -111,7 +112,8 @@ class PolicyTrainerNode(TrainGoal, EvaluateGoal, Node):
                                       or shipped_config('identification.yaml'))
         from ...core.sysid.config import load_parameter_values
         try:
-            self._start_values = load_parameter_values(self._twin_parameters_file)
+            self._start_values = load_parameter_values(
+                self._twin_parameters_file, None, self.p.controller_config or None)
         except Exception as exc:  # noqa: BLE001 - any unreadable or invalid file
             raise ConfigurationError(f'policy_trainer parameters: {exc}', NODE_NAME) from None
 
@@ -235,7 +237,8 @@ class PolicyTrainerNode(TrainGoal, EvaluateGoal, Node):
     def _start_values_for(self, robot) -> dict:
         """The twin's starting values, the config's joint templates expanded for ``robot``."""
         from ...core.sysid.config import load_parameter_values
-        return load_parameter_values(self._twin_parameters_file, robot)
+        return load_parameter_values(self._twin_parameters_file, robot,
+                                     self.p.controller_config or None)
 
     def _build(self, robot, task_name, codes, *, scene, parameters=None, parameters_path='',
                task_config=None, start_values=None, friction_prior=None,

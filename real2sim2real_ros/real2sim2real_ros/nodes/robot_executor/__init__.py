@@ -38,8 +38,9 @@ OBSERVATION_UNAVAILABLE. Every
 trajectory the policy produces is validated against the measured position before it is sent
 (LIMIT_VIOLATION / WORKSPACE_VIOLATION: not sent, the arm holds); tracking, stop/disarm, cancel
 and the goal's ``max_duration`` (else ``policy_max_duration``; TIMEOUT) are supervised as for
-trajectories. slide_to_target: one observation -> one action -> approach + strike, then the
-outcome is observed after the task's settle time. push_to_pose: one observation -> action ->
+trajectories. slide_to_target: one observation -> one action -> approach + strike + retreat
+(the tool straight up, out of the object's way, after the task's settle time), then the
+outcome is observed. push_to_pose: one observation -> action ->
 segment per control period until the task's success rule or its max_steps. task_success is
 the task's rule on the last tracked pose; ``duration`` and the feedback's ``elapsed`` count
 from the checkpoint being loaded. ``<run_dir>/execute_policy_<n>/`` holds the manifest (the

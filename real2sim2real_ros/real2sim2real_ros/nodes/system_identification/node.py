@@ -29,7 +29,7 @@ from ...core.sysid.stage import ProbeExecutionError
 from ...core.twin import TwinError, UnstableTwinError
 from ...ros import qos
 from ...ros.goal_client import GoalClient
-from ...ros.params import Param, bind_checked, shipped_config
+from ...ros.params import CONTROLLER_CONFIG, Param, bind_checked, shipped_config
 from ...ros.ros_main import ConfigurationError, run_node
 from ...ros.subscriptions import subscribed
 from .failure import GoalFailed
@@ -43,6 +43,7 @@ PARAMETERS = (
     Param('parameters_file', '',
           "Identification config (known: values, parameters: priors/bounds); '' = the "
           "package's config/identification.yaml."),
+    CONTROLLER_CONFIG,
     Param('robot_description_file', '',
           "URDF of the robot; '' = the latched robot_description topic.", read_only=True),
     Param('joint_states_topic', 'joint_states', 'Joint states of the cell.', read_only=True),
@@ -206,7 +207,8 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         _check_goal(goal)
         robot = self._wait_for_robot()
         # Joint templates and controller gains expanded for this robot's arm joints.
-        config = load_identification_config(self._parameters_file, robot)
+        config = load_identification_config(self._parameters_file, robot,
+                                            self.p.controller_config or None)
         timer = ident.StageTimer()
         settings = ident.FitSettings(self.p.nthread, self.p.max_iter, self.p.fit_restarts,
                                      self.p.fit_method, self.p.timestep)
