@@ -88,12 +88,17 @@ class ChildStages:
         time.sleep(0.5)   # latched delivery to the trainer / tracker before the next goal
 
     def _arm_executor(self, run: LoopRun):
+        """Arm the executor, retrying for 15 s the refusals that pass on their own (the
+        executor still waiting, or no fresh joint_states: measured under load beside the
+        loop, a 1 s gap refused the execute stage of ``make demo CELL=panda``)."""
+        from ...ros.commander import TRANSIENT_ARM_REFUSALS
         deadline = time.monotonic() + 15.0
         while True:
             resp = self._call(run, self._arm, Trigger.Request(), 'arm')
             if resp.success:
                 return
-            if 'waiting' not in resp.message or time.monotonic() > deadline:
+            if not any(m in resp.message for m in TRANSIENT_ARM_REFUSALS) or \
+                    time.monotonic() > deadline:
                 raise StageFailed(f'robot_executor/arm refused: {resp.message}')
             time.sleep(0.3)
 
