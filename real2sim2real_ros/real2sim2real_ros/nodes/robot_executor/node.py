@@ -244,8 +244,7 @@ class RobotExecutorNode(Node):
         if ex is None:
             return
         if ex.bag is not None:
-            self.recorder.record(ex, self.joint_states_topic(), msg, now)
-            ex.state_stamps.append(stamp)
+            self.recorder.record(ex, self.joint_states_topic(), msg, now, stamp)
         if ex.monitor is not None and ex.t0 is not None and complete:
             with self.lock:
                 if not ex.frozen:

@@ -79,13 +79,19 @@ class Recorder:
             return
         ex.bag = bag
 
-    def record(self, ex: Execution, topic: str, msg, t: float) -> None:
-        """Write ``msg`` at node-clock time ``t`` into ``ex``'s bag, if it records."""
+    def record(self, ex: Execution, topic: str, msg, t: float, stamp: float | None = None
+               ) -> None:
+        """Write ``msg`` at node-clock time ``t`` into ``ex``'s bag, if it records; a joint
+        state's header ``stamp`` joins ``ex.state_stamps`` under the same lock as its write,
+        so the manifest counts exactly what the bag holds (checked apart, a state that came
+        in as the bag closed was counted and not written: 353 counted, 352 in the bag)."""
         try:
             data = serialize_message(msg)
             with self.node.lock:
                 if ex.bag is not None:
                     ex.bag.write_raw(topic, int(t * 1e9), data)
+                    if stamp is not None:
+                        ex.state_stamps.append(stamp)
         except Exception as exc:  # noqa: BLE001 - a recorder fault must not stop the motion
             ex.bag_error = f'recording failed: {exc}'
 
