@@ -216,7 +216,17 @@ def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph
         resp = cmd.stop()
         t_resp = time.monotonic()
         worker.join(timeout=15)
-        time.sleep(0.3)
+        # Listen on until the state stream itself has reached 0.5 s past the stop call (its
+        # source timestamps), not a fixed 0.3 s of this process's time: a late-scheduled test
+        # process may not have taken in the states after the hold by then. A fresh-clone run
+        # failed 'speeds never came to about zero' while the executor logged the stop sent and
+        # the goal STOPPED; the speeds it had received were not kept.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            sent = listener.snapshot_sent()
+            if sent and sent[-1][0] >= t_call_sent + 0.5:
+                break
+            time.sleep(0.05)
     finally:
         listener.close()
         commands.close()
