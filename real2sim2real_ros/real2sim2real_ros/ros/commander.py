@@ -112,6 +112,24 @@ class GraphStatus:
             self.actions.values())
 
 
+FEEDBACK_QUIET_S = 0.3
+FEEDBACK_DRAIN_MAX_S = 3.0
+
+
+def _drain_feedback(last_feedback: list[float]):
+    """Feedback is a topic and the result a service reply, so the server's last feedback
+    messages can reach this client after the result. Wait until no feedback has come for
+    FEEDBACK_QUIET_S (at most FEEDBACK_DRAIN_MAX_S), so a caller's list or progress bar holds
+    them; CI on 0dee789 returned a reconstruct result before its 'meshes' and 'scene'
+    feedback."""
+    deadline = time.monotonic() + FEEDBACK_DRAIN_MAX_S
+    while time.monotonic() < deadline:
+        quiet = time.monotonic() - last_feedback[0]
+        if quiet >= FEEDBACK_QUIET_S:
+            return
+        time.sleep(FEEDBACK_QUIET_S - quiet)
+
+
 class Commander:
     """Owns an rclpy context of its own, so it can live inside any script or test."""
 
@@ -231,9 +249,13 @@ class Commander:
         client = self._client('action', action_type, relative)
         if not client.wait_for_server(timeout_sec=min(timeout, 15.0)):
             raise CommanderError(f'action {self.name(relative)} is not available')
+        last_feedback = [time.monotonic()]
+
+        def on_feedback(m):
+            last_feedback[0] = time.monotonic()
+            feedback(m.feedback)
         handle = self._wait(
-            client.send_goal_async(goal, feedback_callback=(
-                (lambda m: feedback(m.feedback)) if feedback else None)),
+            client.send_goal_async(goal, feedback_callback=on_feedback if feedback else None),
             15.0, f'{self.name(relative)} goal')
         if not handle.accepted:
             raise CommanderError(f'{self.name(relative)} rejected the goal')
@@ -243,9 +265,12 @@ class Commander:
             time.sleep(cancel_after)
             self._wait(handle.cancel_goal_async(), 10.0, 'cancel')
         try:
-            return self._wait(result_future, timeout, f'{self.name(relative)} result').result
+            result = self._wait(result_future, timeout, f'{self.name(relative)} result').result
         finally:
             self._goal_handle = None
+        if feedback:
+            _drain_feedback(last_feedback)
+        return result
 
     def cancel_current_goal(self, timeout: float = 5.0):
         if self._goal_handle is not None:
