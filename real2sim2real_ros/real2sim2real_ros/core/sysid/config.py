@@ -322,12 +322,9 @@ def load_parameter_values(path, robot=None, controller_config=None) -> dict[str,
     if data.get('controller_config') or any(_is_template(i)
                                             for i in data.get('parameters') or []):
         return load_identification_config(path, robot, controller_config).start_values()
-    values = {}
-    if controller_config:
-        robot = robot if robot is not None else _default_robot()
-        values.update(controller_gains(str(Path(controller_config).expanduser()),
-                                       list(robot.joint_names)))
-    values.update(_known(data, path))
+    if controller_config and robot is None:
+        robot = _default_robot()
+    values, _notes = _known_for(data, path, robot, controller_config)
     for item in data.get('parameters') or []:
         if not isinstance(item, dict) or 'name' not in item:
             raise ParameterError(f'{path}: parameter entry {item!r} has no name')
