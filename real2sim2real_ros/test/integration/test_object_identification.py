@@ -290,6 +290,38 @@ def test_heldout_floor_of_the_true_values_and_of_the_start_pose(case):
     assert 1e-4 < spread < 0.03
 
 
+def test_a_replay_cut_at_the_observed_stop_rests_where_the_full_replay_rests(case):
+    """The fit simulates each strike to the tracked stop + stop_margin, not to the slowest
+    slide the friction bounds allow, and carries a sample still sliding there to its Coulomb
+    rest: the rest positions agree with the full replay's over the friction bounds, and the
+    cut saves simulated time."""
+    from real2sim2real_ros.core.sysid.object_fit import (
+        ObjectFitOptions,
+        _observed_stop,
+        _segments,
+        _simulate,
+    )
+    t = np.arange(10) * 0.2
+    xy = np.c_[np.minimum(t, 0.9) * 0.1, np.zeros(10)]
+    assert _observed_stop(t, xy, 0.0075) == pytest.approx(1.0)   # 10 mm short at 0.8 s
+    assert _observed_stop(t, xy * 0, 0.0075) == 0.0
+    assert _observed_stop(t[:2], xy[:2], 0.0075) is None
+    assert _observed_stop(t, np.c_[t * 0.1, t * 0], 0.0075) is None  # still moving at the end
+    full, cut, saved = {}, {}, 0.0
+    for margin, out in ((0.0, full), (0.3, cut)):
+        for seg in _segments(case.recordings[0], ObjectFitOptions(stop_margin=margin),
+                             {o: 0.2 for o in case.twin.object_ids}, {}):
+            samples = [{f'geom/{seg.object_id}/friction': mu} for mu in (0.25, 0.5, 1.0)]
+            xyz, _ = _simulate(case.twin, seg, samples, 1)
+            out[seg.object_id] = (seg, xyz[:, seg.rest, :2].mean(axis=1))
+            saved += seg.duration * (1 if margin == 0 else -1)
+    assert full.keys() == cut.keys() and any(c[0].cut for c in cut.values())
+    for oid, (seg, rest) in cut.items():
+        gap = np.linalg.norm(rest - full[oid][1], axis=1)
+        assert gap.max() < 0.003, (oid, gap, seg.duration, full[oid][0].duration)
+    assert saved > 0.3, saved
+
+
 def test_strike_plan_keeps_clear_of_an_obstacle_on_the_free_heading(robot):
     """An object that is not struck (clutter) on the heading the planner would take: the
     strike goes another way, and its path stays clear of the obstacle's footprint."""

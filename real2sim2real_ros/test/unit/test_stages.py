@@ -114,6 +114,48 @@ def test_arm_stage_writes_its_folder_and_profile_and_reads_no_truth(robot, tmp_p
         world.close()
 
 
+def test_arm_fit_beside_the_strikes_is_the_fit_the_stage_would_run(robot):
+    """ArmFit on its thread gives the estimates of the same fit run in the caller's thread,
+    bit for bit; the profile gets the fit's time and the wait for it; an error in the thread
+    comes out of result(); a cancelled fit stops at its next checkpoint."""
+    from real2sim2real_ros.core.parameters import ParameterSpec, UnknownParameterError
+    spec = load_cell_spec(default_cell_spec_path())
+    world = EmulatedWorld(spec)
+    try:
+        world.reset()
+        probes = ident.arm_probes(robot, world.joint_positions(), 2, duration=2.0,
+                                  amplitude=0.2, velocity_fraction=0.4)
+        recs = [record_probe(world, p) for p in probes]
+    finally:
+        world.close()
+    conf = load_identification_config(identification_config_path())
+    settings = ident.FitSettings(nthread=1, method='regression', restarts=0)
+
+    def job(specs=conf.specs, **kw):
+        return ident.ArmFit(ident.arm_twin(robot, conf, [], settings), specs, recs,
+                            settings=settings, **kw)
+    here = job(strikes_follow=False, background=False)
+    assert [r.name for r in here.fit_recs] == ['probe_0'] and len(here.heldout) == 1
+    expected = here.result().parameters.values()
+    assert here.result().parameters.values() == expected     # asked again: the same fit
+    timer = ident.StageTimer()
+    beside = job(strikes_follow=False, timer=timer)
+    assert beside.result().parameters.values() == expected
+    assert {'arm_fit', 'arm_fit_wait'} <= set(timer.seconds)
+    assert len(job(strikes_follow=True, background=False).fit_recs) == 2   # strikes score it
+    bad = job([ParameterSpec('joint/no_such_joint/damping', 0.5, 0.0, 2.0)],
+              strikes_follow=False)
+    with pytest.raises(UnknownParameterError, match='no_such_joint'):
+        bad.result()
+    cancelled = job(strikes_follow=False, background=False)
+    cancelled.cancel()
+    with pytest.raises(ident.ArmFitCancelled):
+        cancelled.result()
+    from real2sim2real_ros.core.sysid.bags import MissingTopicsError
+    with pytest.raises(MissingTopicsError, match='arm probe recordings'):
+        ident.ArmFit(None, conf.specs, [], strikes_follow=False)
+
+
 def test_strike_loop_stops_on_a_lost_object_and_names_it(robot):
     """run_strikes on a fake StrikeCell: the object seen before strike 1 but not after is
     reported as lost (ProbeExecutionError), no tracked object at all as MissingTopicsError."""

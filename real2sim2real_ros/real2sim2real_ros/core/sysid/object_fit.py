@@ -118,6 +118,11 @@ class ObjectFitOptions:
     #                to a box's strikes (the tracked centre's bias, the contact patch): offsets
     #                with the depth tracker were 1.0-4.4 mm off (2.6 mm RMS) on harness cells
     tip_tolerance: float = 0.012       # m of height change: the object tipped over
+    stop_margin: float = 0.3           # s simulated past the observed stop (<= 0: to the
+    #                slowest slide the friction bounds allow); a twin sample still sliding
+    #                there is carried to its Coulomb rest, v |v| / (2 mu g) further on
+    stop_tolerance: float = 0.0075     # m: tracked frames this near the rest position count
+    #                as stopped (3 x the tracker noise's prior)
     seed: int = 0
 
     @classmethod
@@ -287,6 +292,7 @@ class _Segment:
     joint_sigma: np.ndarray        # per joint
     slide: float                   # observed slide length (travel minus the push), m
     z0: float = 0.0                # the object's height before the push
+    cut: bool = False              # simulated only to the observed stop + stop_margin
 
 
 def _segments(srec: StrikeRecording, options: ObjectFitOptions, mu_lo: dict,
@@ -324,6 +330,11 @@ def _segments(srec: StrikeRecording, options: ObjectFitOptions, mu_lo: dict,
         if rest.sum() < 2:
             rest = np.zeros(ta.size, bool)
             rest[np.flatnonzero(after)[-2:]] = True
+        stop = _observed_stop(ta[after], pa[after, :2], options.stop_tolerance)
+        cut = False
+        if options.stop_margin > 0 and stop is not None:
+            end = max(stop + options.stop_margin, info.t_release + options.joint_window + 0.05)
+            cut, t_stop = end < t_stop, min(t_stop, end)
         z0 = float(np.mean(pb[:, 2]))
         z_rest = float(np.mean(pa[rest, 2]))
         if abs(z_rest - z0) > options.tip_tolerance:
@@ -366,26 +377,68 @@ def _segments(srec: StrikeRecording, options: ObjectFitOptions, mu_lo: dict,
             srec.name, info.object_id, info, q0, ref0, tt[sel] - t_s, rec.traj_positions[sel],
             None if rec.traj_velocities is None else rec.traj_velocities[sel],
             t_stop - t_s, poses0, p0, u, ta - t_s, pa[:, :2], rest,
-            rec.times[kj] - t_s, rec.positions[kj], sigma, slide, z0))
+            rec.times[kj] - t_s, rec.positions[kj], sigma, slide, z0, cut))
         seg = out[-1]
         seg.obs_t = np.minimum(seg.obs_t, seg.duration)    # at rest by the simulated end
     return out
 
 
+def _observed_stop(times: np.ndarray, xy: np.ndarray, tolerance: float) -> float | None:
+    """The first of ``times`` at which the tracked position ``xy`` comes near its rest
+    position (the median of the later half of the frames): within ``tolerance`` (m), or 4
+    sigma of the frames' own scatter there up to twice that. A sliding object only nears
+    its rest, so a later outlier of a noisy tracker does not move the stop. None: under 3
+    frames, or either of the last two over ``tolerance`` from the rest position (the object
+    may still move)."""
+    if times.size < 3:
+        return None
+    late = xy[times.size // 2:]
+    final = np.median(late, axis=0)
+    d = np.linalg.norm(xy - final, axis=1)
+    if np.any(d[-2:] > tolerance):
+        return None
+    sigma = np.median(np.linalg.norm(late - final, axis=1)) / 1.1774   # Rayleigh median
+    near = d <= min(max(tolerance, 4.0 * sigma), 2.0 * tolerance)
+    return float(times[int(np.argmax(near))])
+
+
 # ------------------------------------------------------------------ the problem
+
+_SLOPE_DT = 0.02    # s: the object's velocity at a cut end, from its positions this far apart
+
 
 def _simulate(twin: Twin, seg: _Segment, samples: list[dict], nthread: int,
               joints_only: bool = False):
-    """(object xy (k, n_obs, 2), joints (k, n_joint, nj)) of one strike per sample."""
+    """(object xyz (k, n_obs, 3), joints (k, n_joint, nj)) of one strike per sample. A
+    segment cut at the observed stop (``seg.cut``) carries a sample still sliding there to
+    its Coulomb rest (v |v| / (2 mu g) along its velocity, mu the sample's friction): the
+    frames at the end are compared with where the sample comes to rest, as if simulated on."""
     obs_t = np.zeros(0) if joints_only else seg.obs_t
-    times = np.concatenate([obs_t, seg.joint_t])
+    cut = seg.cut and not joints_only
+    times = np.concatenate([obs_t, seg.joint_t] +
+                           ([[seg.duration - _SLOPE_DT]] if cut else []))
     duration = float(seg.joint_t.max()) + 0.01 if joints_only else seg.duration
     res = twin.rollout(seg.q0, None, seg.traj_times, seg.traj_pos, param_samples=samples,
                        nthread=nthread, traj_velocities=seg.traj_vel, duration=duration,
                        reference_start=seg.ref0, object_poses=seg.poses0, sample_times=times)
     k = res.object_ids.index(seg.object_id)
-    n = obs_t.size
-    return res.object_poses[:, :n, k, :3], res.positions[:, n:]
+    n, nq = obs_t.size, seg.joint_t.size
+    xyz = res.object_poses[:, :n, k, :3].copy()
+    if cut:
+        at_end = obs_t >= seg.duration - 1e-9
+        name = f'geom/{seg.object_id}/friction'
+        mu = np.array([sm.get(name, np.nan) for sm in samples], float)
+        if not np.all(np.isfinite(mu)):
+            mu = np.where(np.isfinite(mu), mu, twin.get_parameter(name))
+        v = (xyz[:, at_end][:, :1, :2] - res.object_poses[:, -1:, k, :2]) / _SLOPE_DT \
+            if at_end.any() else np.zeros((len(samples), 1, 2))
+        # The difference is the mean velocity over the last _SLOPE_DT; at the end the object
+        # is slower by mu g _SLOPE_DT / 2 (it decelerates at mu g while it slides).
+        decel = np.maximum(mu, 1e-3)[:, None, None] * G
+        speed = np.linalg.norm(v, axis=2, keepdims=True)
+        end_speed = np.maximum(speed - 0.5 * decel * _SLOPE_DT, 0.0)
+        xyz[:, at_end, :2] += v / np.maximum(speed, 1e-9) * end_speed ** 2 / (2 * decel)
+    return xyz, res.positions[:, n:n + nq]
 
 
 class _Residual:

@@ -10,10 +10,15 @@ the evaluation harness (probes on an in-process emulated cell) and offline bags:
   reports tracked poses: the node's executor + tracker topic, the harness's emulated cell +
   depth tracker), each planned from the tracked poses and the object fit of the strikes
   before it;
-* :func:`fit_and_write`: the arm fit (core/sysid/fit.identify) and the objects' fit on a
-  fresh scene twin with the arm's estimates (core/sysid/object_fit.final_object_fits), then
-  ``<run_dir>/identify_NNN/`` (parameters.yaml, report.png, objects.png, manifest.json with
-  the per-sub-stage wall times: probes, arm fit, object fits, twin builds, report).
+* :class:`ArmFit`: the arm fit (core/sysid/fit.identify) on a thread of its own, started
+  as soon as the arm probes are recorded, so it runs while the strikes move the arm (it
+  needs nothing the strikes give: with strikes to come, the arm is scored on them later);
+* :func:`fit_and_write`: the arm fit (an :class:`ArmFit` started earlier, or run here) and
+  the objects' fit on a fresh scene twin with the arm's estimates
+  (core/sysid/object_fit.final_object_fits), then ``<run_dir>/identify_NNN/``
+  (parameters.yaml, report.png, objects.png, manifest.json with the per-sub-stage wall
+  times: probes, arm fit, object fits, twin builds, report; ``arm_fit`` is the fit's own
+  wall time, ``arm_fit_wait`` what the stage waited for it after the strikes).
 
 The servo gains are the identification config's ``known`` values: the lab's controller
 configuration (core/controller_config.py), never read from a cell.
@@ -21,6 +26,8 @@ configuration (core/controller_config.py), never read from a cell.
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +40,10 @@ from .bags import MissingTopicsError
 
 STAGE = 'identify'
 
-__all__ = ['FitSettings', 'ProbeExecutionError', 'StageOutput', 'StageTimer', 'StrikeCell',
-           'arm_probes', 'arm_twin', 'arm_values', 'fit_and_write', 'mean_tracked_poses',
-           'object_setup', 'probe_counts', 'run_strikes', 'split_offline_bags']
+__all__ = ['ArmFit', 'ArmFitCancelled', 'FitSettings', 'ProbeExecutionError', 'StageOutput',
+           'StageTimer', 'StrikeCell', 'arm_probes', 'arm_twin', 'arm_values', 'cancel_on_error',
+           'fit_and_write', 'mean_tracked_poses', 'object_setup', 'probe_counts', 'run_strikes',
+           'split_offline_bags']
 
 
 class ProbeExecutionError(RuntimeError):
@@ -107,6 +115,98 @@ def arm_twin(robot, config, arm_specs, settings: FitSettings | None = None,
         twin.close()
         raise
     return twin
+
+
+class ArmFitCancelled(RuntimeError):
+    """The arm fit was cancelled (:meth:`ArmFit.cancel`) before it finished."""
+
+
+class ArmFit:
+    """The arm fit of ``recs`` on ``twin`` (:func:`arm_twin`), started on a thread at once:
+    :meth:`result` waits for it (the stage's ``arm_fit_wait``) and re-raises what it raised.
+
+    ``strikes_follow``: strike probes will score the arm (every arm probe is fitted); else
+    the last arm probe is held out. The thread runs at a lower CPU priority (nice +5 where
+    the OS allows it) than the thread that drives the strikes, and its MuJoCo rollout
+    workers inherit that. ``background=False`` runs the fit in :meth:`result` instead (the
+    same code path, for callers that have nothing to overlap it with); ``progress(stage,
+    fraction, residual)`` is called from the fitting thread."""
+
+    NICE = 5
+
+    def __init__(self, twin, arm_specs, recs, *, strikes_follow: bool,
+                 settings: FitSettings | None = None, timer: StageTimer | None = None,
+                 background: bool = True, progress=None):
+        recs = list(recs)
+        if not recs:
+            raise MissingTopicsError('the arm parameters need arm probe recordings (joint '
+                                     'states + commanded trajectory); only strike probes '
+                                     'were given')
+        self.twin, self.specs = twin, list(arm_specs)
+        self.settings = settings or FitSettings()
+        self.timer = timer or StageTimer()
+        self.fit_recs, self.heldout = recs, []
+        if len(recs) > 1 and not strikes_follow:
+            self.fit_recs, self.heldout = recs[:-1], recs[-1:]
+        self.fit, self._progress = None, progress
+        self._cancel = threading.Event()
+        self._error: BaseException | None = None
+        self._thread, self._done = None, False
+        if background:
+            self._thread = threading.Thread(target=self._run, args=(True,),
+                                            name='arm_fit', daemon=True)
+            self._thread.start()
+
+    def _run(self, lower_priority: bool = False) -> None:
+        from .fit import identify
+        if lower_priority and hasattr(os, 'setpriority'):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.NICE)
+        try:
+            with self.timer('arm_fit'):
+                s = self.settings
+                self.fit = identify(self.twin, self.specs, self.fit_recs,
+                                    heldout=self.heldout, nthread=s.nthread,
+                                    max_iter=s.max_iter, restarts=s.restarts, method=s.method,
+                                    progress=self._checkpoint)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+            self._error = exc
+        finally:
+            self._done = True
+
+    def _checkpoint(self, stage, fraction, residual) -> None:
+        if self._cancel.is_set():
+            raise ArmFitCancelled('the arm fit was cancelled')
+        if self._progress is not None:
+            self._progress(stage, fraction, residual)
+
+    def cancel(self) -> None:
+        """Stop the fit at its next checkpoint (after the regression, after the polish): the
+        stage failed before it needed the result. The thread ends on its own."""
+        self._cancel.set()
+
+    def result(self):
+        """The FitResult (waits for the thread; raises what the fit raised)."""
+        if self._thread is None:
+            if not self._done:
+                self._run()
+        else:
+            with self.timer('arm_fit_wait'):
+                self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.fit
+
+
+@contextlib.contextmanager
+def cancel_on_error(arm_fit: ArmFit | None):
+    """Context manager: cancel ``arm_fit`` (None: nothing) when the block raises."""
+    try:
+        yield
+    except BaseException:
+        if arm_fit is not None:
+            arm_fit.cancel()
+        raise
 
 
 def arm_values(config, arm_specs=(), fit=None, last: dict | None = None) -> dict:
@@ -312,12 +412,12 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
                   inputs: dict | None = None, parameters: dict | None = None,
                   last_arm_values: dict | None = None, reference: dict | None = None,
                   timer: StageTimer | None = None, progress=None, log=None,
-                  twin=None) -> StageOutput:
+                  twin=None, arm_fit: ArmFit | None = None) -> StageOutput:
     """Fit the arm on ``arm_recs`` (the last held out unless strikes score it), the objects
     on ``strike_recs``; write ``run_dir/identify_NNN``. ``reference``: the objects' true
     values (an evaluator's, for the held-out floor only). ``progress(stage, fraction,
-    residual)``. ``twin``: the arm's (:func:`arm_twin`, built here when None); closed here."""
-    from .fit import identify
+    residual)``. ``twin``: the arm's (:func:`arm_twin`, built here when None); closed here.
+    ``arm_fit``: an :class:`ArmFit` already running on ``arm_recs`` (its twin is ``twin``)."""
     from .report import write_object_report, write_report
     settings = settings or FitSettings()
     timer = timer or StageTimer()
@@ -325,25 +425,26 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
     say = progress or (lambda *_a: None)
     t0 = time.perf_counter()
     fit, heldout, fit_recs = None, [], list(arm_recs)
+    if arm_fit is not None:
+        twin = arm_fit.twin
     try:
         if arm_specs:
-            if not arm_recs:
-                raise MissingTopicsError('the arm parameters need arm probe recordings (joint '
-                                         'states + commanded trajectory); only strike probes '
-                                         'were given')
-            if twin is None:
-                twin = arm_twin(robot, config, arm_specs, settings, timer)
-            # With strike probes the arm is scored on them (held out from its fit); without,
-            # the last arm probe is held out.
-            recs = list(arm_recs)
-            if len(recs) > 1 and not (object_specs and strike_recs):
-                fit_recs, heldout = recs[:-1], recs[-1:]
+            if arm_fit is None:
+                if not arm_recs:
+                    raise MissingTopicsError(
+                        'the arm parameters need arm probe recordings (joint states + '
+                        'commanded trajectory); only strike probes were given')
+                if twin is None:
+                    twin = arm_twin(robot, config, arm_specs, settings, timer)
+                # With strike probes the arm is scored on them (held out from its fit);
+                # without, the last arm probe is held out.
+                arm_fit = ArmFit(twin, arm_specs, arm_recs, settings=settings, timer=timer,
+                                 strikes_follow=bool(object_specs and strike_recs),
+                                 background=False,
+                                 progress=lambda _s, p, r: say('fit', p, r))
             say('fit', 0.0, float('nan'))
-            with timer('arm_fit'):
-                fit = identify(twin, list(arm_specs), fit_recs, heldout=heldout,
-                               nthread=settings.nthread, max_iter=settings.max_iter,
-                               restarts=settings.restarts, method=settings.method,
-                               progress=lambda _s, p, r: say('fit', p, r))
+            fit = arm_fit.result()
+            fit_recs, heldout = arm_fit.fit_recs, arm_fit.heldout
             for w in fit.warnings:   # degenerate / contaminated fit: never silently used
                 log(f'arm fit ({fit.method}): {w}')
         ofit = None

@@ -221,20 +221,21 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         twin = ident.arm_twin(robot, config, specs, settings, timer)
         with self._lock:
             last = dict(self._arm_values)
+        arm_fit = None
         if bags:
             probes = []
             arm_bags, strike_bags, specs = ident.split_offline_bags(
                 bags, strike_given, specs, obj_specs, bool(goal.parameter_names))
         else:
-            probes, arm_bags, strike_bags = self._live_probes(
-                goal_handle, robot, config, specs, obj_specs, obj_twin,
+            probes, arm_bags, strike_bags, arm_fit = self._live_probes(
+                goal_handle, robot, config, specs, obj_specs, obj_twin, twin,
                 settings=settings, last=last, timer=timer, scene_path=scene_path)
         if obj_twin is not None:
             obj_twin.close()
         out = self._fit_and_write(
             goal_handle, robot, config, specs, obj_specs, arm_bags, strike_bags,
             settings=settings, last=last, timer=timer, twin=twin, scene_path=scene_path,
-            inputs={'live_probes': probes, 'object_note': object_note})
+            inputs={'live_probes': probes, 'object_note': object_note}, arm_fit=arm_fit)
         self._report(goal_handle, result, out)
 
     def _what_to_identify(self, robot, config, scene_path, goal, strike_given, timer):
@@ -255,22 +256,27 @@ class SystemIdentificationNode(ExecutorProbes, Node):
                 object_note or 'no parameters declared'))
         return obj_twin, specs, obj_specs, object_note
 
-    def _live_probes(self, goal_handle, robot, config, specs, obj_specs, obj_twin, *,
+    def _live_probes(self, goal_handle, robot, config, specs, obj_specs, obj_twin, twin, *,
                      settings, last, timer, scene_path):
-        """(probe names, arm bags, strike bags): the arm probes, then the strike probes."""
+        """(probe names, arm bags, strike bags, the arm fit): the arm probes, then the
+        strike probes while the arm fit (core/sysid/stage.ArmFit) runs beside them."""
         from ...core.sysid import stage as ident
         goal = goal_handle.request
         n_arm, n_strike = ident.probe_counts(
             goal.num_probes, self.p.num_probes, config.strike_probes, self.p.max_probes,
             arm=bool(specs), objects=bool(obj_specs))
-        probes, arm_bags, strike_bags = [], [], []
+        probes, arm_bags, strike_bags, arm_fit = [], [], [], None
         if specs:
             with timer('arm_probes'):
                 arm_bags, probes = self._excite(goal_handle, robot, n_arm)
+            arm_fit = ident.ArmFit(twin, specs, self._arm_recordings(robot, arm_bags, timer),
+                                   strikes_follow=bool(obj_specs and n_strike),
+                                   settings=settings, timer=timer)
         if obj_specs and n_strike:
             cell = ExecutorStrikeCell(self, goal_handle, robot)
             with subscribed(self, TrackedObjects, self.p.tracked_objects_topic,
-                            self._on_tracked, qos.STATE, self._cb):
+                            self._on_tracked, qos.STATE, self._cb), \
+                    ident.cancel_on_error(arm_fit):
                 ident.run_strikes(
                     cell, robot, obj_twin, obj_specs, config, n_strike, settings=settings,
                     values=ident.arm_values(config, specs, None, last),
@@ -278,28 +284,37 @@ class SystemIdentificationNode(ExecutorProbes, Node):
                     log=self.get_logger().warning, timer=timer, scene=scene_path or '')
             strike_bags = cell.bags
             probes += [Path(b).parent.name for b in strike_bags]
-        return probes, arm_bags, strike_bags
+        return probes, arm_bags, strike_bags, arm_fit
+
+    @staticmethod
+    def _arm_recordings(robot, arm_bags, timer):
+        from ...core.sysid.bags import recording_from_bag
+        with timer('read_bags'):
+            return [recording_from_bag(b, robot.joint_names, name=f'probe_{i}')
+                    for i, b in enumerate(arm_bags)]
 
     def _fit_and_write(self, goal_handle, robot, config, specs, obj_specs, arm_bags,
-                       strike_bags, *, settings, last, timer, twin, scene_path, inputs):
-        """core/sysid/stage.fit_and_write on the bags' recordings (the identify_<n> folder)."""
+                       strike_bags, *, settings, last, timer, twin, scene_path, inputs,
+                       arm_fit=None):
+        """core/sysid/stage.fit_and_write on the bags' recordings (the identify_<n> folder);
+        ``arm_fit``: the live arm fit already running on the arm bags."""
         from ...core.sysid import stage as ident
-        from ...core.sysid.bags import recording_from_bag, strike_recording_from_bag
+        from ...core.sysid.bags import strike_recording_from_bag
         run_dir = goal_handle.request.run_dir or self.p.run_dir
         if not run_dir:
             import tempfile
             run_dir = tempfile.mkdtemp(prefix='r2s2r_identify_')
         self._feedback(goal_handle, 'read_bags', 0.0)
+        recs = ((arm_fit.fit_recs + arm_fit.heldout) if arm_fit is not None else
+                self._arm_recordings(robot, arm_bags, timer) if specs else [])
         with timer('read_bags'):
-            recs = [recording_from_bag(b, robot.joint_names, name=f'probe_{i}')
-                    for i, b in enumerate(arm_bags)] if specs else []
             srecs = [strike_recording_from_bag(b, robot.joint_names, name=f'strike_{i}')
                      for i, b in enumerate(strike_bags)] if obj_specs else []
         arm_heldout = bool(specs) and len(recs) > 1 and not (obj_specs and strike_bags)
         return ident.fit_and_write(
             robot, config, run_dir, arm_specs=specs, object_specs=obj_specs,
             scene=scene_path or '', arm_recs=recs, strike_recs=srecs, settings=settings,
-            last_arm_values=last, timer=timer, twin=twin,
+            last_arm_values=last, timer=timer, twin=twin, arm_fit=arm_fit,
             inputs={'bag_paths': [str(b) for b in arm_bags + strike_bags],
                     'live_probes': inputs['live_probes'],
                     'arm_bags': [str(b) for b in arm_bags],
