@@ -392,12 +392,12 @@ def _observed_stop(times: np.ndarray, xy: np.ndarray, tolerance: float) -> float
     may still move)."""
     if times.size < 3:
         return None
-    late = xy[times.size // 2:]
-    final = np.median(late, axis=0)
+    half = times.size // 2
+    final = np.median(xy[half:], axis=0)
     d = np.linalg.norm(xy - final, axis=1)
     if np.any(d[-2:] > tolerance):
         return None
-    sigma = np.median(np.linalg.norm(late - final, axis=1)) / 1.1774   # Rayleigh median
+    sigma = np.median(d[half:]) / 1.1774   # the Rayleigh distribution's median
     near = d <= min(max(tolerance, 4.0 * sigma), 2.0 * tolerance)
     return float(times[int(np.argmax(near))])
 

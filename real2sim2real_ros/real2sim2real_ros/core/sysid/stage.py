@@ -429,11 +429,7 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
         twin = arm_fit.twin
     try:
         if arm_specs:
-            if arm_fit is None:
-                if not arm_recs:
-                    raise MissingTopicsError(
-                        'the arm parameters need arm probe recordings (joint states + '
-                        'commanded trajectory); only strike probes were given')
+            if arm_fit is None:     # ArmFit refuses no recordings (MissingTopicsError)
                 if twin is None:
                     twin = arm_twin(robot, config, arm_specs, settings, timer)
                 # With strike probes the arm is scored on them (held out from its fit);

@@ -269,9 +269,9 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         if specs:
             with timer('arm_probes'):
                 arm_bags, probes = self._excite(goal_handle, robot, n_arm)
+        if specs and obj_specs and n_strike:    # else fit_and_write fits the arm in line
             arm_fit = ident.ArmFit(twin, specs, self._arm_recordings(robot, arm_bags, timer),
-                                   strikes_follow=bool(obj_specs and n_strike),
-                                   settings=settings, timer=timer)
+                                   strikes_follow=True, settings=settings, timer=timer)
         if obj_specs and n_strike:
             cell = ExecutorStrikeCell(self, goal_handle, robot)
             with subscribed(self, TrackedObjects, self.p.tracked_objects_topic,
