@@ -179,7 +179,11 @@ def test_cancel_mid_motion_holds_the_arm(graph, joints):
     assert 0.02 < abs(q_a[0] - q0[0]) < 0.45, 'it stopped part way'
 
 
-def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph, joints):
+def _stamp_s(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def test_estop_mid_motion_holds_within_two_control_periods_of_the_cells_clock(graph, joints):
     from sensor_msgs.msg import JointState
     from trajectory_msgs.msg import JointTrajectory
 
@@ -252,23 +256,44 @@ def test_estop_mid_motion_brings_speeds_to_zero_within_two_control_periods(graph
     after = np.nonzero((times >= t_hold) & (smooth < 0.05))[0]
     assert after.size, 'speeds never came to about zero'
     still = times[after[0]]
-    refs = [(t, max(abs(v) for v in m.reference.velocities))
-            for t, m in reference.snapshot_sent() if t >= t_hold and m.reference.velocities]
-    ref_still = next((t for t, v in refs if v < 1e-4), None)
-    assert ref_still is not None, f'reference never at rest after the hold: {refs[:10]}'
+    refs = [(t, _stamp_s(m.header.stamp), max(abs(v) for v in m.reference.velocities),
+             m.reference.velocities[0]) for t, m in reference.snapshot_sent()
+            if m.reference.velocities]
+    rest = next((i for i, (t, _, v, _) in enumerate(refs) if t >= t_hold and v < 1e-4), None)
+    assert rest is not None, f'reference never at rest after the hold: {refs[-10:]}'
+    ref_still = refs[rest][0]
+    # The controller, on its own clock (the header stamps: the cell's world time, which under
+    # CPU load runs late of the wall clock but never skips a control period): from the last
+    # state on the goal (the pan joint's reference at > 0.2 rad/s forward; ~0.45 mid-motion)
+    # to rest within the hold's 10 ms plus one control period (10 ms: the hold applies some
+    # time after that state, the state is sampled at 100 Hz) and one 1 ms physics chunk (the
+    # stamps' granularity): 21 ms. The hold starts from the executor's measured position,
+    # behind the reference, so between the two the reference may run backwards.
+    on_goal = [s for _, s, _, v0 in refs[:rest] if v0 > 0.2]
+    assert on_goal, 'the reference was on the goal before the hold'
+    ref_span = refs[rest][1] - on_goal[-1]
+    assert ref_span <= 0.010 + 0.01 + 0.001, ref_span
+    # The arm on the same clock: the measured speeds follow the reference's rest through the
+    # servo (PD time constant kv/kp ~ 36 ms on the default cell's pan joint), the cell's
+    # 12 ms actuator latency and the 3-sample smoothing (20 ms): within 0.12 s.
+    stamps = np.array([_stamp_s(m.header.stamp) for _, m in msgs])
+    arm_span = stamps[after[0]] - refs[rest][1]
+    assert arm_span < 0.12, arm_span
     print(f'e-stop: stop call -> hold command {1e3 * (t_hold - t_call_sent):.0f} ms '
           f'(service answered in {1e3 * (t_resp - t_call):.0f} ms); hold command -> '
           f'controller reference at rest {1e3 * (ref_still - t_hold):.0f} ms, -> measured '
-          f'joint speeds < 0.05 rad/s {1e3 * (still - t_hold):.0f} ms (source timestamps)')
-    # The controller's reference is at rest within two control periods (2 x 10 ms) of the
-    # hold command, plus the cell's 12 ms command latency, two 100 Hz samples of the state
-    # topic (the cell publishes it at 100 Hz) and 30 ms for transport and for scheduling the
-    # cell. On receive times this measured 20-64 ms idle and at load ~5, and 120 ms at load
-    # 16 (the receiving test process itself scheduled late); source timestamps take that out.
-    assert ref_still - t_hold < 2 * 0.01 + 0.012 + 0.02 + 0.03
-    # The arm follows through its servo (PD time constant kv/kp ~ 36 ms on the pan joint of
-    # the default cell) and the cell's 12 ms actuator latency; 3-sample smoothing adds 20 ms.
-    assert still - t_hold < 0.15
+          f'joint speeds < 0.05 rad/s {1e3 * (still - t_hold):.0f} ms (source timestamps); '
+          f'on the cell\'s clock: reference moving -> at rest {1e3 * ref_span:.0f} ms, -> '
+          f'arm still {1e3 * arm_span:.0f} ms')
+    # End to end on the source timestamps (one system clock): hold command -> reference at
+    # rest, and -> measured speeds about zero. These carry how soon the emulated controller,
+    # which shares the 2 cores with the graph, the test and any load, is scheduled: idle
+    # 16 / 34 ms; with one busy process per core beside the graph (n=11) up to 88 / 141 ms,
+    # with two per core (n=3) up to 134 / 149 ms; CI's fresh machine 84 / 109 ms (it failed
+    # the 82 ms bound this test had). A real cell's controller runs in its own real-time
+    # loop; the bound here is that measured worst case with a margin, 0.25 s.
+    assert ref_still - t_hold < 0.25
+    assert still - t_hold < 0.25
     settled = smooth[times > t_hold + 0.2]
     assert settled.max() < 0.05, 'and after the servo transient (200 ms) they stay about zero'
     # A goal after the stop is refused until the operator arms again.
