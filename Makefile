@@ -23,9 +23,12 @@ setup:
 lint: setup
 	@$(ENV) bash scripts/lint.sh
 
+# Two xdist workers: one runs every graph test (test/node, test/integration) in order, the
+# other the unit modules beside it (test/conftest.py groups them); TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: setup
 	@$(ENV) bash scripts/lint.sh
-	@$(ENV) python -m pytest real2sim2real_ros/test
+	@$(ENV) python -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) real2sim2real_ros/test
 
 # The unit tier: test/node (one node over the wire) and test/integration (several node
 # processes, launch files, whole-loop runs in one process) run only in `make test`.

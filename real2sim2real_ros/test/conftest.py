@@ -92,9 +92,39 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.line(f'{len(bad)} unexpected skip(s): the run fails', red=True)
 
 
+GRAPH_TIERS = ('integration', 'node')
+# Modules of those tiers that start no node process: whole-loop runs in the test process
+# (CPU-bound, no real-time cell), scheduled like unit modules.
+IN_PROCESS = ('integration/test_evaluation_harness.py',
+              'integration/test_object_identification.py')
+
+
+def xdist_group(path: Path) -> str:
+    """The xdist group of a test module: 'graph' for every module that starts node processes
+    (test/node, test/integration but IN_PROCESS), else the module's own."""
+    module = f'{path.parent.name}/{path.name}'
+    return ('graph' if path.parent.name in GRAPH_TIERS and module not in IN_PROCESS
+            else module)
+
+
+def pytest_collection_modifyitems(config, items):
+    """``make test`` runs two xdist workers (``--dist loadgroup``): the tests that start node
+    processes are one group, so one worker runs them in order, one graph at a time on its own
+    domain, as a serial run does; every other module is a group of its own (its module
+    fixtures built once), run by whichever worker is free. The graph tests then share the 2
+    cores with CPU-bound tests on the other worker: the busy machine they must pass on.
+    Without ``-n`` the marks change nothing."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(Path(str(item.path)))))
+
+
 def pytest_configure(config):
     # Set before any test imports rclpy, so in-process clients join the same private domain.
+    # An xdist worker inherits the controller's domain: each worker takes its own, so the
+    # graph worker's graph never sees what the other worker creates.
     from real2sim2real_ros.ros.dds_isolation import isolate
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        os.environ.pop('R2S2R_DOMAIN_ID', None)
     isolate()
     os.environ.setdefault('MUJOCO_GL', 'egl')
 

@@ -55,3 +55,20 @@ def test_allowed_skips_alone_pass(tmp_path):
     })
     assert out.returncode == 0, out.stdout + out.stderr
     assert '1 passed, 1 skipped' in out.stdout
+
+
+def test_graph_modules_share_one_xdist_group_and_in_process_ones_start_no_node():
+    """make test's two workers never run two graphs at once: every test/node and
+    test/integration module is in the 'graph' group but the IN_PROCESS ones, and those start
+    no node process (no launch, no bringup fixture, no Commander)."""
+    modules = sorted(TEST_DIR.glob('*/test_*.py'))
+    groups = {f'{p.parent.name}/{p.name}': conftest.xdist_group(p) for p in modules}
+    assert set(conftest.IN_PROCESS) <= set(groups)
+    for name, group in groups.items():
+        graph_tier = name.split('/')[0] in conftest.GRAPH_TIERS
+        assert (group == 'graph') == (graph_tier and name not in conftest.IN_PROCESS), name
+        if group != 'graph' and name != f'unit/{Path(__file__).name}':
+            text = (TEST_DIR / name).read_text()
+            assert not any(w in text for w in ('start_graph(', 'emulated_bringup', 'Commander(',
+                                               'LaunchedGraph')), name
+    assert sum(g == 'graph' for g in groups.values()) >= 20
