@@ -107,15 +107,25 @@ def xdist_group(path: Path) -> str:
             else module)
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_xdist_make_scheduler(config, log):
     """``make test`` runs two xdist workers (``--dist loadgroup``): the tests that start node
     processes are one group, so one worker runs them in order, one graph at a time on its own
     domain, as a serial run does; every other module is a group of its own (its module
     fixtures built once), run by whichever worker is free. The graph tests then share the 2
     cores with CPU-bound tests on the other worker: the busy machine they must pass on.
-    Without ``-n`` the marks change nothing."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(Path(str(item.path)))))
+
+    The groups are this scheduler's, not ``xdist_group`` marks: pytest-xdist 3.8 writes a
+    mark's group into ``item._nodeid``, which pytest 9 no longer reads, so marks group
+    nothing (measured: a marked module's tests ran on both workers)."""
+    if config.getoption('dist') != 'loadgroup':
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GraphGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(Path(nodeid.split('::', 1)[0]))
+
+    return GraphGroupScheduling(config, log)
 
 
 def pytest_configure(config):

@@ -105,8 +105,23 @@ class _Status:
                 out[key] = (out.get(key, (t, 0))[0], s.status)
         return out
 
+    def accept_stamps(self, accepted_after: float) -> list[float]:
+        """The controller's accept stamps (wall-clock s) of the goals accepted after
+        ``accepted_after``."""
+        stamps = set()
+        for _, msg in self.listener.snapshot():
+            for s in msg.status_list:
+                stamp = _stamp_s(s.goal_info.stamp)
+                if stamp > accepted_after:
+                    stamps.add(stamp)
+        return sorted(stamps)
+
     def close(self):
         self.listener.close()
+
+
+def _stamp_s(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
 
 
 def test_executor_runs_through_the_action_with_the_topic_backends_tracking(cell):
@@ -286,20 +301,17 @@ def test_estop_mid_motion_preempts_the_goal_and_holds_in_time(cell):
         resp = cmd.stop()
         t_resp = time.monotonic()
         worker.join(timeout=15)
-        time.sleep(0.3)
         # The stop goal's status message can come later than the executor's result on a
-        # loaded machine (one fresh-clone run saw none within 0.3 s): wait for it.
-        deadline = time.monotonic() + 5.0
-        goals = status.goals(accepted_after=t_wall)
-        while not goals and time.monotonic() < deadline:
+        # loaded machine (one fresh-clone run saw none within 0.3 s): wait for it; then for
+        # the state stream itself (source timestamps) to reach 0.5 s past the hold.
+        deadline = time.monotonic() + 10.0
+        accepted = []
+        while time.monotonic() < deadline:
+            accepted = accepted or status.accept_stamps(accepted_after=t_wall)
+            sent = listener.snapshot_sent()
+            if accepted and sent and sent[-1][0] >= min(accepted) + 0.5:
+                break
             time.sleep(0.05)
-            goals = status.goals(accepted_after=t_wall)
-        # Joint states for 0.5 s after the hold goal was seen (a late status message - 297 ms
-        # after the call in one loaded fresh-clone run - must not leave the window empty).
-        if goals:
-            t_seen = min(t for t, _ in goals.values())
-            while time.monotonic() < t_seen + 0.5:
-                time.sleep(0.05)
     finally:
         listener.close()
         reference.close()
@@ -307,30 +319,45 @@ def test_estop_mid_motion_preempts_the_goal_and_holds_in_time(cell):
     assert resp.success, resp.message
     assert out['result'].error_code == TrajResult.STOPPED, out['result'].error_msg
     assert not cmd.executor_status().armed
-    new = [t for t, _ in goals.values()]
-    assert new, 'the stop went to the controller as a new (preempting) goal'
-    t_hold = min(new)
-    msgs = listener.snapshot()
+    assert accepted, 'the stop went to the controller as a new (preempting) goal'
+    # Times below are on one system clock: the controller's accept stamp of the hold goal
+    # (the cell's ROS time is wall time in real-time mode) and the DDS source timestamps of
+    # the cell's messages, so how late this process received them is not in the figures.
+    t_hold = min(accepted)
+    msgs = listener.snapshot_sent()
     times = np.array([t for t, _ in msgs])
     vel = np.array([m.velocity for _, m in msgs])
     smooth = np.array([np.abs(vel[max(0, i - 2):i + 1].mean(axis=0)).max()
                        for i in range(len(vel))])
-    assert smooth[times < t_call][-10:].max() > 0.2, 'it was moving when stopped'
+    assert smooth[times < t_wall][-10:].max() > 0.2, 'it was moving when stopped'
     after = np.nonzero((times >= t_hold) & (smooth < 0.05))[0]
     assert after.size
     still = times[after[0]]
-    refs = [(t, max(abs(v) for v in m.reference.velocities)) for t, m in reference.snapshot()
-            if t >= t_hold and m.reference.velocities]
-    ref_still = next((t for t, v in refs if v < 1e-4), None)
-    assert ref_still is not None
-    print(f'e-stop (follow_joint_trajectory): stop call -> hold goal listed by the controller '
-          f'{1e3 * (t_hold - t_call):.0f} ms (service answered in {1e3 * (t_resp - t_call):.0f}'
-          f' ms); -> controller reference at rest {1e3 * (ref_still - t_hold):.0f} ms, -> '
-          f'measured joint speeds < 0.05 rad/s {1e3 * (still - t_hold):.0f} ms')
-    # The topic backend's bounds; t_hold here is when this process saw the goal listed as
-    # accepted (after the goal request/response round trip), not when a topic message arrived.
-    assert ref_still - t_hold < 2 * 0.01 + 0.012 + 0.02 + 0.01
-    assert still - t_hold < 0.15
+    refs = [(t, _stamp_s(m.header.stamp), max(abs(v) for v in m.reference.velocities),
+             m.reference.velocities[0]) for t, m in reference.snapshot_sent()
+            if m.reference.velocities]
+    rest = next((i for i, (t, _, v, _) in enumerate(refs) if t >= t_hold and v < 1e-4), None)
+    assert rest is not None, f'reference never at rest after the hold: {refs[-10:]}'
+    ref_still = refs[rest][0]
+    # On the controller's own clock (header stamps), as test_cell_integration.py's e-stop:
+    # last state on the goal -> reference at rest within the hold's 10 ms + one control
+    # period + one 1 ms physics chunk; -> measured speeds about zero within 0.12 s.
+    on_goal = [st for _, st, _, v0 in refs[:rest] if v0 > 0.2]
+    assert on_goal, 'the reference was on the goal before the hold'
+    ref_span = refs[rest][1] - on_goal[-1]
+    stamps = np.array([_stamp_s(m.header.stamp) for _, m in msgs])
+    arm_span = stamps[after[0]] - refs[rest][1]
+    print(f'e-stop (follow_joint_trajectory): stop call -> hold goal accepted by the '
+          f'controller {1e3 * (t_hold - t_wall):.0f} ms (service answered in '
+          f'{1e3 * (t_resp - t_call):.0f} ms); -> controller reference at rest '
+          f'{1e3 * (ref_still - t_hold):.0f} ms, -> measured joint speeds < 0.05 rad/s '
+          f'{1e3 * (still - t_hold):.0f} ms; on the cell\'s clock: reference moving -> at rest '
+          f'{1e3 * ref_span:.0f} ms, -> arm still {1e3 * arm_span:.0f} ms')
+    assert ref_span <= 0.010 + 0.01 + 0.001, ref_span
+    assert arm_span < 0.12, arm_span
+    # End to end: the topic backend's measured bound under load (test_cell_integration.py).
+    assert ref_still - t_hold < 0.25
+    assert still - t_hold < 0.25
     late = smooth[times > t_hold + 0.2]
     assert late.size, 'no joint states after the hold'
     assert late.max() < 0.05

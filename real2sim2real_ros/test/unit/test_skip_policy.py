@@ -23,16 +23,17 @@ def test_only_allowed_patterns_pass():
         'test_probe_bags_round_trip_and_refit[default]', 'test_x']
 
 
-def _run(tmp_path, files: dict) -> subprocess.CompletedProcess:
+def _run(tmp_path, files: dict, args=()) -> subprocess.CompletedProcess:
     shutil.copy(TEST_DIR / 'conftest.py', tmp_path / 'conftest.py')
     (tmp_path / 'pytest.ini').write_text('[pytest]\n')
     for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     env = dict(os.environ)
     env['PYTHONPATH'] = os.pathsep.join([str(TEST_DIR.parent), str(TEST_DIR),
                                          env.get('PYTHONPATH', '')])
     return subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-                           str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
+                           *args, str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -72,3 +73,27 @@ def test_graph_modules_share_one_xdist_group_and_in_process_ones_start_no_node()
             assert not any(w in text for w in ('start_graph(', 'emulated_bringup', 'Commander(',
                                                'LaunchedGraph')), name
     assert sum(g == 'graph' for g in groups.values()) >= 20
+
+
+def test_two_workers_run_the_graph_modules_on_one_worker_in_order(tmp_path):
+    """The scheduler, not just the rule: with make test's `-n 2 --dist loadgroup`, the tests of
+    two graph-tier modules all run on one worker, in collection order, and a unit module's run
+    on the other worker meanwhile."""
+    test = ('import os, time\n\ndef test_{i}():\n    time.sleep(0.3)\n'
+            '    with open(os.environ["LOG"], "a") as f:\n'
+            '        f.write(f"{{os.environ[\'PYTEST_XDIST_WORKER\']}} {name} {i}\\n")\n')
+    files = {}
+    for name in ('integration/test_a.py', 'node/test_b.py', 'unit/test_c.py'):
+        files[name] = ''.join(test.format(i=i, name=name) for i in range(3))
+    os.environ['LOG'] = str(tmp_path / 'log.txt')
+    try:
+        out = _run(tmp_path, files, ('-n', '2', '--dist', 'loadgroup'))
+    finally:
+        del os.environ['LOG']
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split() for line in (tmp_path / 'log.txt').read_text().splitlines()]
+    graph = [(w, n, i) for w, n, i in rows if not n.startswith('unit/')]
+    assert len({w for w, _, _ in graph}) == 1, rows
+    assert [(n, i) for _, n, i in graph] == [
+        (n, str(i)) for n in ('integration/test_a.py', 'node/test_b.py') for i in range(3)]
+    assert {w for w, n, _ in rows if n.startswith('unit/')} != {graph[0][0]}, rows
