@@ -17,6 +17,7 @@ from real2sim2real_ros.ros.topic_listener import TopicListener
 
 pytestmark = pytest.mark.integration
 
+from helpers.estop import stop_figures  # noqa: E402
 from helpers.graph import arm_or_fail as _ensure_armed  # noqa: E402
 from helpers.graph import joint_positions as _current  # noqa: E402
 from helpers.graph import two_point_goal as _goal_points  # noqa: E402
@@ -179,10 +180,6 @@ def test_cancel_mid_motion_holds_the_arm(graph, joints):
     assert 0.02 < abs(q_a[0] - q0[0]) < 0.45, 'it stopped part way'
 
 
-def _stamp_s(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
-
-
 def test_estop_mid_motion_holds_within_two_control_periods_of_the_cells_clock(graph, joints):
     from sensor_msgs.msg import JointState
     from trajectory_msgs.msg import JointTrajectory
@@ -245,39 +242,18 @@ def test_estop_mid_motion_holds_within_two_control_periods_of_the_cells_clock(gr
     t_hold = [t for t, _ in commands.snapshot_sent() if t >= t_call_sent]
     assert t_hold, 'the executor sent a stop trajectory to the controller'
     t_hold = t_hold[0]
-    msgs = listener.snapshot_sent()
-    # /joint_states velocities carry sensor noise (~0.02 rad/s): judge the speed on the mean
-    # of three consecutive samples (30 ms at 100 Hz), per joint.
-    times = np.array([t for t, _ in msgs])
-    vel = np.array([m.velocity for _, m in msgs])
-    smooth = np.array([np.abs(vel[max(0, i - 2):i + 1].mean(axis=0)).max()
-                       for i in range(len(vel))])
-    assert smooth[times < t_call_sent][-10:].max() > 0.2, 'it was moving when stopped'
-    after = np.nonzero((times >= t_hold) & (smooth < 0.05))[0]
-    assert after.size, 'speeds never came to about zero'
-    still = times[after[0]]
-    refs = [(t, _stamp_s(m.header.stamp), max(abs(v) for v in m.reference.velocities),
-             m.reference.velocities[0]) for t, m in reference.snapshot_sent()
-            if m.reference.velocities]
-    rest = next((i for i, (t, _, v, _) in enumerate(refs) if t >= t_hold and v < 1e-4), None)
-    assert rest is not None, f'reference never at rest after the hold: {refs[-10:]}'
-    ref_still = refs[rest][0]
-    # The controller, on its own clock (the header stamps: the cell's world time, which under
-    # CPU load runs late of the wall clock but never skips a control period): from the last
-    # state on the goal (the pan joint's reference at > 0.2 rad/s forward; ~0.45 mid-motion)
-    # to rest within the hold's 10 ms plus one control period (10 ms: the hold applies some
-    # time after that state, the state is sampled at 100 Hz) and one 1 ms physics chunk (the
-    # stamps' granularity): 21 ms. The hold starts from the executor's measured position,
-    # behind the reference, so between the two the reference may run backwards.
-    on_goal = [s for _, s, _, v0 in refs[:rest] if v0 > 0.2]
-    assert on_goal, 'the reference was on the goal before the hold'
-    ref_span = refs[rest][1] - on_goal[-1]
+    f = stop_figures(listener.snapshot_sent(), reference.snapshot_sent(), t_call_sent, t_hold)
+    ref_still, still, ref_span, arm_span = f.ref_still, f.still, f.ref_span, f.arm_span
+    # The controller, on its own clock (helpers/estop.py): from the last state on the goal
+    # (~0.45 rad/s mid-motion) to rest within the hold's 10 ms plus one control period (10 ms:
+    # the hold applies some time after that state, the state is sampled at 100 Hz) and one
+    # 1 ms physics chunk (the stamps' granularity): 21 ms. The hold starts from the executor's
+    # measured position, behind the reference, so between the two the reference may run
+    # backwards.
     assert ref_span <= 0.010 + 0.01 + 0.001, ref_span
     # The arm on the same clock: the measured speeds follow the reference's rest through the
     # servo (PD time constant kv/kp ~ 36 ms on the default cell's pan joint), the cell's
     # 12 ms actuator latency and the 3-sample smoothing (20 ms): within 0.12 s.
-    stamps = np.array([_stamp_s(m.header.stamp) for _, m in msgs])
-    arm_span = stamps[after[0]] - refs[rest][1]
     assert arm_span < 0.12, arm_span
     print(f'e-stop: stop call -> hold command {1e3 * (t_hold - t_call_sent):.0f} ms '
           f'(service answered in {1e3 * (t_resp - t_call):.0f} ms); hold command -> '
@@ -294,7 +270,7 @@ def test_estop_mid_motion_holds_within_two_control_periods_of_the_cells_clock(gr
     # loop; the bound here is that measured worst case with a margin, 0.25 s.
     assert ref_still - t_hold < 0.25
     assert still - t_hold < 0.25
-    settled = smooth[times > t_hold + 0.2]
+    settled = f.smooth[f.times > t_hold + 0.2]
     assert settled.max() < 0.05, 'and after the servo transient (200 ms) they stay about zero'
     # A goal after the stop is refused until the operator arms again.
     result = cmd.execute_trajectory(joints, _goal_points(_current(cmd), [0.1] + [0] * 5, 1.0))

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 from control_msgs.action import FollowJointTrajectory  # noqa: E402
 from helpers.cell_params import set_cell as _set_cell  # noqa: E402
+from helpers.estop import stamp_s, stop_figures  # noqa: E402
 from helpers.graph import arm_or_fail as _arm  # noqa: E402
 from helpers.graph import joint_positions as _q  # noqa: E402
 from helpers.graph import two_point_goal as _points  # noqa: E402
@@ -111,17 +112,13 @@ class _Status:
         stamps = set()
         for _, msg in self.listener.snapshot():
             for s in msg.status_list:
-                stamp = _stamp_s(s.goal_info.stamp)
+                stamp = stamp_s(s.goal_info.stamp)
                 if stamp > accepted_after:
                     stamps.add(stamp)
         return sorted(stamps)
 
     def close(self):
         self.listener.close()
-
-
-def _stamp_s(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
 
 
 def test_executor_runs_through_the_action_with_the_topic_backends_tracking(cell):
@@ -324,29 +321,11 @@ def test_estop_mid_motion_preempts_the_goal_and_holds_in_time(cell):
     # (the cell's ROS time is wall time in real-time mode) and the DDS source timestamps of
     # the cell's messages, so how late this process received them is not in the figures.
     t_hold = min(accepted)
-    msgs = listener.snapshot_sent()
-    times = np.array([t for t, _ in msgs])
-    vel = np.array([m.velocity for _, m in msgs])
-    smooth = np.array([np.abs(vel[max(0, i - 2):i + 1].mean(axis=0)).max()
-                       for i in range(len(vel))])
-    assert smooth[times < t_wall][-10:].max() > 0.2, 'it was moving when stopped'
-    after = np.nonzero((times >= t_hold) & (smooth < 0.05))[0]
-    assert after.size
-    still = times[after[0]]
-    refs = [(t, _stamp_s(m.header.stamp), max(abs(v) for v in m.reference.velocities),
-             m.reference.velocities[0]) for t, m in reference.snapshot_sent()
-            if m.reference.velocities]
-    rest = next((i for i, (t, _, v, _) in enumerate(refs) if t >= t_hold and v < 1e-4), None)
-    assert rest is not None, f'reference never at rest after the hold: {refs[-10:]}'
-    ref_still = refs[rest][0]
-    # On the controller's own clock (header stamps), as test_cell_integration.py's e-stop:
+    f = stop_figures(listener.snapshot_sent(), reference.snapshot_sent(), t_wall, t_hold)
+    ref_still, still, ref_span, arm_span = f.ref_still, f.still, f.ref_span, f.arm_span
+    # On the controller's own clock (helpers/estop.py), as test_cell_integration.py's e-stop:
     # last state on the goal -> reference at rest within the hold's 10 ms + one control
     # period + one 1 ms physics chunk; -> measured speeds about zero within 0.12 s.
-    on_goal = [st for _, st, _, v0 in refs[:rest] if v0 > 0.2]
-    assert on_goal, 'the reference was on the goal before the hold'
-    ref_span = refs[rest][1] - on_goal[-1]
-    stamps = np.array([_stamp_s(m.header.stamp) for _, m in msgs])
-    arm_span = stamps[after[0]] - refs[rest][1]
     print(f'e-stop (follow_joint_trajectory): stop call -> hold goal accepted by the '
           f'controller {1e3 * (t_hold - t_wall):.0f} ms (service answered in '
           f'{1e3 * (t_resp - t_call):.0f} ms); -> controller reference at rest '
@@ -358,7 +337,7 @@ def test_estop_mid_motion_preempts_the_goal_and_holds_in_time(cell):
     # End to end: the topic backend's measured bound under load (test_cell_integration.py).
     assert ref_still - t_hold < 0.25
     assert still - t_hold < 0.25
-    late = smooth[times > t_hold + 0.2]
+    late = f.smooth[f.times > t_hold + 0.2]
     assert late.size, 'no joint states after the hold'
     assert late.max() < 0.05
 
