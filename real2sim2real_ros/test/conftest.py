@@ -108,11 +108,12 @@ def xdist_group(path: Path) -> str:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``make test`` runs two xdist workers (``--dist loadgroup``): the tests that start node
-    processes are one group, so one worker runs them in order, one graph at a time on its own
-    domain, as a serial run does; every other module is a group of its own (its module
-    fixtures built once), run by whichever worker is free. The graph tests then share the 2
-    cores with CPU-bound tests on the other worker: the busy machine they must pass on.
+    """``TEST_WORKERS=2 make test`` runs two xdist workers (``--dist loadgroup``): the tests
+    that start node processes are one group, so one worker runs them in order, one graph at
+    a time on its own domain, as a serial run does; every other module is a group of its own
+    (its module fixtures built once), run by whichever worker is free. The graph tests then
+    share the 2 cores with CPU-bound tests on the other worker: the busy machine they must
+    pass on.
 
     The groups are this scheduler's, not ``xdist_group`` marks: pytest-xdist 3.8 writes a
     mark's group into ``item._nodeid``, which pytest 9 no longer reads, so marks group

@@ -59,7 +59,7 @@ def test_allowed_skips_alone_pass(tmp_path):
 
 
 def test_graph_modules_share_one_xdist_group_and_in_process_ones_start_no_node():
-    """make test's two workers never run two graphs at once: every test/node and
+    """TEST_WORKERS=2 make test never runs two graphs at once: every test/node and
     test/integration module is in the 'graph' group but the IN_PROCESS ones, and those start
     no node process (no launch, no bringup fixture, no Commander)."""
     modules = sorted(TEST_DIR.glob('*/test_*.py'))
@@ -76,9 +76,9 @@ def test_graph_modules_share_one_xdist_group_and_in_process_ones_start_no_node()
 
 
 def test_two_workers_run_the_graph_modules_on_one_worker_in_order(tmp_path):
-    """The scheduler, not just the rule: with make test's `-n 2 --dist loadgroup`, the tests of
-    two graph-tier modules all run on one worker, in collection order, and a unit module's run
-    on the other worker meanwhile."""
+    """The scheduler, not just the rule: with `-n 2 --dist loadgroup` (TEST_WORKERS=2), the
+    tests of two graph-tier modules all run on one worker, in collection order, and a unit
+    module's run on the other worker meanwhile."""
     test = ('import os, time\n\ndef test_{i}():\n    time.sleep(0.3)\n'
             '    with open(os.environ["LOG"], "a") as f:\n'
             '        f.write(f"{{os.environ[\'PYTEST_XDIST_WORKER\']}} {name} {i}\\n")\n')
