@@ -21,9 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def stamp_s(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
+from real2sim2real_ros.nodes.cell_messages import seconds
 
 
 @dataclass
@@ -46,13 +44,13 @@ def stop_figures(joint_states, references, t_call: float, t_hold: float) -> Stop
     assert smooth[times < t_call][-10:].max() > 0.2, 'it was moving when stopped'
     after = np.nonzero((times >= t_hold) & (smooth < 0.05))[0]
     assert after.size, 'speeds never came to about zero'
-    refs = [(t, stamp_s(m.header.stamp), max(abs(v) for v in m.reference.velocities),
+    refs = [(t, seconds(m.header.stamp), max(abs(v) for v in m.reference.velocities),
              m.reference.velocities[0]) for t, m in references if m.reference.velocities]
     rest = next((i for i, (t, _, v, _) in enumerate(refs) if t >= t_hold and v < 1e-4), None)
     assert rest is not None, f'reference never at rest after the hold: {refs[-10:]}'
     on_goal = [s for _, s, _, v0 in refs[:rest] if v0 > 0.2]
     assert on_goal, 'the reference was on the goal before the hold'
-    stamps = np.array([stamp_s(m.header.stamp) for _, m in joint_states])
+    stamps = np.array([seconds(m.header.stamp) for _, m in joint_states])
     return StopFigures(ref_still=refs[rest][0], still=float(times[after[0]]),
                        ref_span=refs[rest][1] - on_goal[-1],
                        arm_span=float(stamps[after[0]] - refs[rest][1]),

@@ -24,12 +24,13 @@ pytestmark = pytest.mark.integration
 
 from control_msgs.action import FollowJointTrajectory  # noqa: E402
 from helpers.cell_params import set_cell as _set_cell  # noqa: E402
-from helpers.estop import stamp_s, stop_figures  # noqa: E402
+from helpers.estop import stop_figures  # noqa: E402
 from helpers.graph import arm_or_fail as _arm  # noqa: E402
 from helpers.graph import joint_positions as _q  # noqa: E402
 from helpers.graph import two_point_goal as _points  # noqa: E402
 
 from real2sim2real_msgs.action import ExecuteTrajectory  # noqa: E402
+from real2sim2real_ros.nodes.cell_messages import seconds  # noqa: E402
 
 TrajResult = ExecuteTrajectory.Result
 FjtResult = FollowJointTrajectory.Result
@@ -112,7 +113,7 @@ class _Status:
         stamps = set()
         for _, msg in self.listener.snapshot():
             for s in msg.status_list:
-                stamp = stamp_s(s.goal_info.stamp)
+                stamp = seconds(s.goal_info.stamp)
                 if stamp > accepted_after:
                     stamps.add(stamp)
         return sorted(stamps)

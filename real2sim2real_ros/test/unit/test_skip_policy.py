@@ -75,7 +75,7 @@ def test_graph_modules_share_one_xdist_group_and_in_process_ones_start_no_node()
     assert sum(g == 'graph' for g in groups.values()) >= 20
 
 
-def test_two_workers_run_the_graph_modules_on_one_worker_in_order(tmp_path):
+def test_two_workers_run_the_graph_modules_on_one_worker_in_order(tmp_path, monkeypatch):
     """The scheduler, not just the rule: with `-n 2 --dist loadgroup` (TEST_WORKERS=2), the
     tests of two graph-tier modules all run on one worker, in collection order, and a unit
     module's run on the other worker meanwhile."""
@@ -85,11 +85,8 @@ def test_two_workers_run_the_graph_modules_on_one_worker_in_order(tmp_path):
     files = {}
     for name in ('integration/test_a.py', 'node/test_b.py', 'unit/test_c.py'):
         files[name] = ''.join(test.format(i=i, name=name) for i in range(3))
-    os.environ['LOG'] = str(tmp_path / 'log.txt')
-    try:
-        out = _run(tmp_path, files, ('-n', '2', '--dist', 'loadgroup'))
-    finally:
-        del os.environ['LOG']
+    monkeypatch.setenv('LOG', str(tmp_path / 'log.txt'))
+    out = _run(tmp_path, files, ('-n', '2', '--dist', 'loadgroup'))
     assert out.returncode == 0, out.stdout + out.stderr
     rows = [line.split() for line in (tmp_path / 'log.txt').read_text().splitlines()]
     graph = [(w, n, i) for w, n, i in rows if not n.startswith('unit/')]
