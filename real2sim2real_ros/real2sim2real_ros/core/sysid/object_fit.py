@@ -37,8 +37,9 @@ truth: 8% RMS); mass from the joints' curvature, inflated by the residuals' auto
 and chi^2, plus the friction's uncertainty carried through m (a + mu g) and
 ``mass_model_error``; an offset from the curvature of a parabola through its costs over the
 bounds combined with ``offset_systematic_error``. A parameter whose half width exceeds
-``identified_fraction`` of its value (or half its range; an offset: a quarter of its range) is
-reported with identified=false and its bounds as the interval (value: the estimate when the
+``identified_fraction`` of its value (or half its range; an offset: a quarter of its range),
+or whose value sits at a bound (:func:`at_bound`: the search stopped there), is reported with
+identified=false and its bounds as the interval (value: the estimate when the
 data reject the prior -- or, friction and mass, bound the value -- else the prior). An object
 no usable strike reached keeps its prior with identified=false.
 
@@ -67,6 +68,7 @@ __all__ = ['ObjectDataError', 'ObjectFitOptions', 'ObjectFitResult', 'ObjectTrac
            'table_region']
 
 G = 9.81
+BOUND_TOLERANCE = 0.01   # an estimate this near a bound (1% of it, or of the width) is pinned
 
 
 class ObjectDataError(ValueError):
@@ -605,6 +607,20 @@ def _fit_offset(res: _Residual, spec: ParameterSpec, grid: int, systematic: floa
     return v, hw, chi2, bool(abs(v - spec.prior) > hw)
 
 
+def at_bound(spec: ParameterSpec, value: float) -> bool:
+    """Does ``value`` sit at one of ``spec``'s bounds (within ``BOUND_TOLERANCE``)? Relative to
+    the bound where both bounds are positive (friction and mass: their grids are log-spaced,
+    and a 30 g object must not read as pinned at a 20 g bound), else of the bounds' width.
+    The search there stopped at the bound, not at a minimum, and the interval is cut by it:
+    such an estimate is not identified (a loaded live run gave 0.999 [0.761, 1.000] on a
+    [0.2, 1.0] friction for a truth of 0.45)."""
+    lo, hi = spec.lower, spec.upper
+    if lo > 0:
+        return bool(value <= lo * (1 + BOUND_TOLERANCE) or value >= hi / (1 + BOUND_TOLERANCE))
+    tol = BOUND_TOLERANCE * (hi - lo)
+    return bool(value <= lo + tol or value >= hi - tol)
+
+
 def _rejects(res: _Residual, value: float, prior: float, r: np.ndarray, chi2: float) -> bool:
     """Do the residuals reject the prior against ``value``? (their cost rises by more than the
     95% chi^2 quantile of one parameter, scaled by the scatter). A parameter not identified
@@ -630,7 +646,7 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
 
     def ident(spec, v, hw):
         return bool(np.isfinite(hw) and hw <= options.identified_fraction * abs(v)
-                    and hw < 0.5 * (spec.upper - spec.lower))
+                    and hw < 0.5 * (spec.upper - spec.lower) and not at_bound(spec, v))
     var_mu, m_ok, com_moved = 0.0, False, False
     if f_spec:
         res_mu = _Residual(twin, segs, f_spec.name, others(f_spec.name), 'object', sigma_track,
@@ -888,6 +904,26 @@ def rest_spread(twin: Twin, recording: StrikeRecording, values: dict, *,
         rests = np.asarray(rests)
         d += list(np.linalg.norm(rests[1:] - rests[0], axis=1))
     return float(np.median(d)) if d else float('nan')
+
+
+def friction_ranges(twin: Twin, specs: list[ParameterSpec], recordings: list[StrikeRecording],
+                    *, options: ObjectFitOptions | None = None,
+                    nthread: int = 1) -> dict[str, tuple[float, float, float]]:
+    """{object id: (low, value, high)} of each friction in ``specs``, for planning the next
+    strike from the strikes so far: a fit of the frictions alone (the plan reads nothing
+    else, and a slide's length does not depend on the mass; the final fit has every
+    parameter). (low, high): the 95% interval where identified, else the bounds."""
+    f_specs = [s for s in specs if s.name.endswith('/friction')]
+    if not f_specs:
+        return {}
+    fit = identify_objects(twin, f_specs, recordings, options=options, nthread=nthread,
+                           scores='none')
+    out = {}
+    for s in f_specs:
+        e = fit.parameters[s.name]
+        out[s.name.split('/')[1]] = ((e.lower_95, e.value, e.upper_95) if e.identified
+                                     else (s.lower, e.value, s.upper))
+    return out
 
 
 def final_object_fits(twin: Twin, specs: list[ParameterSpec], recordings: list[StrikeRecording],
