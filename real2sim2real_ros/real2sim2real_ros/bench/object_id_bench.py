@@ -31,7 +31,7 @@ from ..core.sysid.object_fit import (
     StrikeRecording,
     ensure_object_priority,
     final_object_fits,
-    friction_ranges,
+    identify_objects,
     quat_yaw,
     rest_spread,
     strike_objects,
@@ -365,9 +365,14 @@ def run_object_identification(robot, spec, *, arm: str = 'identify', strike_prob
                 for s in plan.strikes) + (f'; skipped {plan.skipped}' if plan.skipped else ''))
         if r < strike_probes - 1:
             t0 = time.perf_counter()
-            friction.update(friction_ranges(twin, specs, strike_recs, options=options,
-                                            nthread=nthread))
+            fit = identify_objects(twin, specs, strike_recs, options=options, nthread=nthread)
             t_fit += time.perf_counter() - t0
+            for s in specs:
+                if s.name.endswith('/friction'):
+                    e = fit.parameters[s.name]
+                    friction[s.name.split('/')[1]] = (
+                        e.lower_95 if e.identified else s.lower, e.value,
+                        e.upper_95 if e.identified else s.upper)
     t0 = time.perf_counter()
     true_objects = {s.name: truth[s.name] for s in specs}   # the scene is in the cell's frame
     fit, validation = final_object_fits(twin, specs, strike_recs, options=options,

@@ -906,26 +906,6 @@ def rest_spread(twin: Twin, recording: StrikeRecording, values: dict, *,
     return float(np.median(d)) if d else float('nan')
 
 
-def friction_ranges(twin: Twin, specs: list[ParameterSpec], recordings: list[StrikeRecording],
-                    *, options: ObjectFitOptions | None = None,
-                    nthread: int = 1) -> dict[str, tuple[float, float, float]]:
-    """{object id: (low, value, high)} of each friction in ``specs``, for planning the next
-    strike from the strikes so far: a fit of the frictions alone (the plan reads nothing
-    else, and a slide's length does not depend on the mass; the final fit has every
-    parameter). (low, high): the 95% interval where identified, else the bounds."""
-    f_specs = [s for s in specs if s.name.endswith('/friction')]
-    if not f_specs:
-        return {}
-    fit = identify_objects(twin, f_specs, recordings, options=options, nthread=nthread,
-                           scores='none')
-    out = {}
-    for s in f_specs:
-        e = fit.parameters[s.name]
-        out[s.name.split('/')[1]] = ((e.lower_95, e.value, e.upper_95) if e.identified
-                                     else (s.lower, e.value, s.upper))
-    return out
-
-
 def final_object_fits(twin: Twin, specs: list[ParameterSpec], recordings: list[StrikeRecording],
                       *, options: ObjectFitOptions | None = None, nthread: int = 1,
                       arm_priors: dict | None = None, reference: dict | None = None,

@@ -272,13 +272,13 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                 timer: StageTimer | None = None, before_strike=None, scene: str = '',
                 footprints: dict | None = None) -> list:
     """``n`` strike probes on ``cell`` (each strikes every object of ``specs`` once), planned
-    from the tracked poses; the friction range of each plan from a fit of the frictions alone
-    to the strikes before it. Every other object of the scene is kept clear of: a box or
-    cylinder as tracked now, one not tracked (an irregular object) by ``footprints`` ({id:
-    (xy, radius)}, e.g. the reconstruction's). Returns the StrikeRecordings.
-    MissingTopicsError (no object tracked), ProbeExecutionError (an object lost or off the
-    table, no strike possible), InvalidBoundsError (unusable strike / fit options)."""
-    from .object_fit import ObjectFitOptions, friction_ranges, strike_objects, table_region
+    from the tracked poses; the friction range of each plan from the fit of the strikes
+    before it. Every other object of the scene is kept clear of: a box or cylinder as tracked
+    now, one not tracked (an irregular object) by ``footprints`` ({id: (xy, radius)}, e.g.
+    the reconstruction's). Returns the StrikeRecordings. MissingTopicsError (no object tracked),
+    ProbeExecutionError (an object lost or off the table, no strike possible),
+    InvalidBoundsError (unusable strike / fit options)."""
+    from .object_fit import ObjectFitOptions, identify_objects, strike_objects, table_region
     from .object_probes import StrikeConfig, plan_strike_probe
     from .probes import ProbeError
     timer = timer or StageTimer()
@@ -291,9 +291,9 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
         raise InvalidBoundsError(f'object identification config: {exc}') from None
     ids = sorted({s.name.split('/')[1] for s in specs})
     priors = {oid: (0.2, 0.5, 1.0) for oid in ids}
-    f_specs = [s for s in specs if s.name.endswith('/friction')]
-    for s in f_specs:
-        priors[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
+    for s in specs:
+        if s.name.endswith('/friction'):
+            priors[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
     friction = dict(priors)
     _set_known(twin, values)
     recs, previous, seen = [], {}, {}
@@ -343,15 +343,23 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             recs.append(cell.strike(plan, r, info))
         for s in plan.strikes:
             previous[s.object_id] = s.heading
-        if r < n - 1 and f_specs:
+        if r < n - 1:
             if progress is not None:
                 progress(f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
             with timer('object_fit_intermediate'):
                 try:
-                    friction.update(friction_ranges(twin, f_specs, recs, options=options,
-                                                    nthread=settings.nthread))
+                    f = identify_objects(twin, specs, recs, options=options,
+                                         nthread=settings.nthread, scores='none')
                 except ValueError as exc:
                     log(f'intermediate object fit: {exc}')
+                    continue
+            for s in specs:
+                if s.name.endswith('/friction'):
+                    oid = s.name.split('/')[1]
+                    e = f.parameters[s.name]
+                    lo, _, hi = priors[oid]
+                    friction[oid] = ((e.lower_95, e.value, e.upper_95) if e.identified
+                                     else (lo, e.value, hi))
     return recs
 
 
