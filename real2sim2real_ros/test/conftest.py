@@ -256,3 +256,11 @@ def lost_goal_responses(monkeypatch):
         original(self, *args, **kwargs)
         return Future()
     monkeypatch.setattr(ActionClient, 'send_goal_async', send_and_lose)
+    # GoalClient sends through its own registration (goal_client.py); lose its response too.
+    from real2sim2real_ros.ros.goal_client import GoalClient
+    registered = GoalClient._send_goal_registered
+
+    def register_and_lose(self, *args, **kwargs):
+        registered(self, *args, **kwargs)
+        return Future()
+    monkeypatch.setattr(GoalClient, '_send_goal_registered', register_and_lose)

@@ -15,6 +15,15 @@ whichever comes first, the goal response or the goal's id in the status array, f
 returned future. The status can arrive before the response's future finishes (its callbacks
 run as a later executor task), so the status path waits ``RESPONSE_GRACE_S`` first. The rest is
 the plain ActionClient (result, feedback, cancel).
+
+The same double registration also raised out of ``send_goal_async`` itself: when the response
+landed on the second future before its done callback was added, the callback ran at once
+and removed a future not yet added (``ValueError: list.remove(x): x not in list``, two CI
+failures in one run, the goal already sent and accepted). :meth:`GoalClient.send_goal_async`
+therefore sends the goal as upstream's fix does: one future, registered with the client and
+its executor before the lock that ``take_data`` needs is released, so no response can be
+taken before it is registered. Where the client lacks the private members that needs (another
+rclpy), it falls back to the stock method.
 """
 from __future__ import annotations
 
@@ -48,6 +57,10 @@ ACCEPTED_STATES = frozenset((
 # How long the goal response may trail the status array that lists the goal. The server sends
 # the response first and the status right after, from the same callback.
 RESPONSE_GRACE_S = 1.0
+# The ActionClient members GoalClient._send_goal_registered uses (rclpy 9.1.2's names).
+_SEND_MEMBERS = ('_action_type', '_client_handle', '_lock', '_pending_goal_requests',
+                 '_goal_sequence_number_to_goal_id', '_feedback_callbacks',
+                 '_remove_pending_goal_request', 'add_future')
 
 
 class GoalClient(ActionClient):
@@ -72,9 +85,36 @@ class GoalClient(ActionClient):
         outer: Future = Future()
         with self._waiting_lock:
             self._waiting[key] = (outer, goal_uuid)
-        inner = super().send_goal_async(goal, feedback_callback, goal_uuid)
+        if all(hasattr(self, a) for a in _SEND_MEMBERS):
+            inner = self._send_goal_registered(goal, feedback_callback, goal_uuid)
+        else:
+            inner = super().send_goal_async(goal, feedback_callback, goal_uuid)
         inner.add_done_callback(lambda f: self._finish(key, future=f))
         return outer
+
+    def _send_goal_registered(self, goal, feedback_callback, goal_uuid) -> Future:
+        """Send the goal request with its one response future registered under the client's
+        lock (``take_data`` takes the response under it): the future the response lands on
+        is the one returned, its done callback added before any response can set it."""
+        if not isinstance(goal, self._action_type.Goal):
+            raise TypeError(f'Expected goal type ({type(self._action_type.Goal)}) but received '
+                            f'({type(goal)})')
+        request = self._action_type.Impl.SendGoalService.Request()
+        request.goal_id = goal_uuid
+        request.goal = goal
+        future: Future = Future()
+        if feedback_callback is not None:
+            self._feedback_callbacks[bytes(goal_uuid.uuid)] = feedback_callback
+        with self._lock:
+            sequence_number = self._client_handle.send_goal_request(request)
+            if sequence_number in self._pending_goal_requests:
+                raise RuntimeError(f'Sequence ({sequence_number}) conflicts with pending goal '
+                                   f'request')
+            self._pending_goal_requests[sequence_number] = future
+            self._goal_sequence_number_to_goal_id[sequence_number] = request.goal_id
+            self.add_future(future)
+            future.add_done_callback(self._remove_pending_goal_request)
+        return future
 
     def _on_status(self, msg: GoalStatusArray) -> None:
         for status in msg.status_list:

@@ -1,6 +1,7 @@
 """GoalClient over DDS: a goal whose response never reaches the client (rclpy#1123's race in
 the pinned rclpy, or a response lost before matching) still finishes, from the server's goal
-status topic; results, feedback and rejections work as with a plain ActionClient."""
+status topic; a response taken the moment its future is registered neither raises nor is
+lost; results, feedback and rejections work as with a plain ActionClient."""
 from __future__ import annotations
 
 import threading
@@ -82,4 +83,37 @@ def test_rejected_goal_stays_rejected(capture_server):
     send = client.send_goal_async(Capture.Goal(num_views=0))
     assert wait_future(send, 10.0)
     assert not send.result().accepted
+    assert client.recovered == 0
+
+
+class _RespondOnRegister(dict):
+    """The client's pending goal requests, with the executor's response landing on a future
+    the instant it is registered: the window of the pinned rclpy's double registration."""
+
+    def __setitem__(self, seq, future):
+        super().__setitem__(seq, future)
+        future.set_result(('response', seq))
+
+
+def test_a_response_taken_as_its_future_is_registered_finishes_the_goal(capture_server):
+    """Two CI failures in one run (stop 31): ``send_goal_async`` raised ``ValueError: list.
+    remove(x): x not in list`` out of rclpy when the response beat the second registration's
+    done callback; the goal had been sent and accepted, the caller got an exception."""
+    from rclpy.action import ActionClient
+
+    from real2sim2real_ros.ros.goal_client import GoalClient
+    node, Capture = capture_server
+    plain = ActionClient(node, Capture, 'capture')
+    assert plain.wait_for_server(timeout_sec=10.0)
+    plain._pending_goal_requests = _RespondOnRegister()
+    with pytest.raises(ValueError, match='not in list'):
+        plain.send_goal_async(Capture.Goal(num_views=1))
+
+    client = GoalClient(node, Capture, 'capture')
+    assert client.wait_for_server(timeout_sec=10.0)
+    client._pending_goal_requests = _RespondOnRegister()
+    send = client.send_goal_async(Capture.Goal(num_views=1))
+    assert wait_future(send, 5.0)
+    assert send.result()[0] == 'response'
+    assert not client._pending_goal_requests and not client._futures
     assert client.recovered == 0
