@@ -92,28 +92,31 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.line(f'{len(bad)} unexpected skip(s): the run fails', red=True)
 
 
-GRAPH_TIERS = ('integration', 'node')
-# Modules of those tiers that start no node process: whole-loop runs in the test process
+# The tier whose modules launch several node processes: one graph at a time. test/node modules
+# (one node process, or in-process rclpy nodes) run beside it on the other worker, as a
+# lab's RViz or driver runs beside the graph (each worker has its own ROS domain).
+GRAPH_TIERS = ('integration',)
+# Modules of that tier that start no node process: whole-loop runs in the test process
 # (CPU-bound, no real-time cell), scheduled like unit modules.
 IN_PROCESS = ('integration/test_evaluation_harness.py',
               'integration/test_object_identification.py')
 
 
 def xdist_group(path: Path) -> str:
-    """The xdist group of a test module: 'graph' for every module that starts node processes
-    (test/node, test/integration but IN_PROCESS), else the module's own."""
+    """The xdist group of a test module: 'graph' for every module that launches a graph of
+    node processes (test/integration but IN_PROCESS), else the module's own."""
     module = f'{path.parent.name}/{path.name}'
     return ('graph' if path.parent.name in GRAPH_TIERS and module not in IN_PROCESS
             else module)
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``TEST_WORKERS=2 make test`` runs two xdist workers (``--dist loadgroup``): the tests
-    that start node processes are one group, so one worker runs them in order, one graph at
-    a time on its own domain, as a serial run does; every other module is a group of its own
-    (its module fixtures built once), run by whichever worker is free. The graph tests then
-    share the 2 cores with CPU-bound tests on the other worker: the busy machine they must
-    pass on.
+    """``make test`` runs two xdist workers (``--dist loadgroup``): the tests that launch
+    graphs of node processes are one group, so one worker runs them in order, one graph at
+    a time on its own domain, as a serial run does; every other module (single-node tests
+    included) is a group of its own (its module fixtures built once), run by whichever worker
+    is free. The graph tests then share the 2 cores with CPU-bound tests on the other worker:
+    the busy machine they must pass on.
 
     The groups are this scheduler's, not ``xdist_group`` marks: pytest-xdist 3.8 writes a
     mark's group into ``item._nodeid``, which pytest 9 no longer reads, so marks group

@@ -59,38 +59,42 @@ def test_allowed_skips_alone_pass(tmp_path):
 
 
 def test_graph_modules_share_one_xdist_group_and_in_process_ones_start_no_node():
-    """TEST_WORKERS=2 make test never runs two graphs at once: every test/node and
-    test/integration module is in the 'graph' group but the IN_PROCESS ones, and those start
-    no node process (no launch, no bringup fixture, no Commander)."""
+    """make test never runs two graphs at once: every test/integration module is in the
+    'graph' group but the IN_PROCESS ones; no module outside it launches a graph (no launch
+    file, no bringup fixture), and only test/node modules (one node process, or in-process
+    rclpy nodes beside the graph) make a Commander."""
     modules = sorted(TEST_DIR.glob('*/test_*.py'))
     groups = {f'{p.parent.name}/{p.name}': conftest.xdist_group(p) for p in modules}
     assert set(conftest.IN_PROCESS) <= set(groups)
     for name, group in groups.items():
-        graph_tier = name.split('/')[0] in conftest.GRAPH_TIERS
-        assert (group == 'graph') == (graph_tier and name not in conftest.IN_PROCESS), name
+        tier = name.split('/')[0]
+        assert (group == 'graph') == (tier in conftest.GRAPH_TIERS
+                                      and name not in conftest.IN_PROCESS), name
         if group != 'graph' and name != f'unit/{Path(__file__).name}':
             text = (TEST_DIR / name).read_text()
-            assert not any(w in text for w in ('start_graph(', 'emulated_bringup', 'Commander(',
-                                               'LaunchedGraph')), name
-    assert sum(g == 'graph' for g in groups.values()) >= 20
+            starters = ('start_graph(', 'emulated_bringup', 'LaunchedGraph') + (
+                () if tier == 'node' else ('Commander(',))
+            assert not any(w in text for w in starters), name
+    assert sum(g == 'graph' for g in groups.values()) >= 15   # 19 integration modules
 
 
 def test_two_workers_run_the_graph_modules_on_one_worker_in_order(tmp_path, monkeypatch):
-    """The scheduler, not just the rule: with `-n 2 --dist loadgroup` (TEST_WORKERS=2), the
-    tests of two graph-tier modules all run on one worker, in collection order, and a unit
-    module's run on the other worker meanwhile."""
+    """The scheduler, not just the rule: with `-n 2 --dist loadgroup` (make test), the
+    tests of two graph-tier modules all run on one worker, in collection order, and unit and
+    node modules' on the other worker meanwhile."""
     test = ('import os, time\n\ndef test_{i}():\n    time.sleep(0.3)\n'
             '    with open(os.environ["LOG"], "a") as f:\n'
             '        f.write(f"{{os.environ[\'PYTEST_XDIST_WORKER\']}} {name} {i}\\n")\n')
     files = {}
-    for name in ('integration/test_a.py', 'node/test_b.py', 'unit/test_c.py'):
+    for name in ('integration/test_a.py', 'integration/test_b.py', 'node/test_c.py',
+                 'unit/test_d.py'):
         files[name] = ''.join(test.format(i=i, name=name) for i in range(3))
     monkeypatch.setenv('LOG', str(tmp_path / 'log.txt'))
     out = _run(tmp_path, files, ('-n', '2', '--dist', 'loadgroup'))
     assert out.returncode == 0, out.stdout + out.stderr
     rows = [line.split() for line in (tmp_path / 'log.txt').read_text().splitlines()]
-    graph = [(w, n, i) for w, n, i in rows if not n.startswith('unit/')]
+    graph = [(w, n, i) for w, n, i in rows if n.startswith('integration/')]
     assert len({w for w, _, _ in graph}) == 1, rows
     assert [(n, i) for _, n, i in graph] == [
-        (n, str(i)) for n in ('integration/test_a.py', 'node/test_b.py') for i in range(3)]
-    assert {w for w, n, _ in rows if n.startswith('unit/')} != {graph[0][0]}, rows
+        (n, str(i)) for n in ('integration/test_a.py', 'integration/test_b.py') for i in range(3)]
+    assert {w for w, n, _ in rows if not n.startswith('integration/')} != {graph[0][0]}, rows
