@@ -189,6 +189,37 @@ def test_evaluation_uses_the_same_episodes_on_twin_and_cell(robot, slide):
         evaluate(slide, twin, policy, 0)
 
 
+@pytest.mark.parametrize('randomized', [False, True])
+def test_hindsight_relabels_in_the_identified_twin_and_ppo_randomises(robot, slide, randomized,
+                                                                     monkeypatch):
+    """A strike relabelled with the goal it reached under a randomised draw teaches that
+    draw's action: hindsight self-imitation runs in the identified twin unless
+    ``hindsight_randomized`` (the UR5's randomised policy: 55% -> 90% in the twin); PPO,
+    whose objective is the expectation over the draws, gets the randomisation."""
+    from types import SimpleNamespace
+
+    from real2sim2real_ros.core.policies import pipeline
+    from real2sim2real_ros.core.policies.pipeline import TrainConfig, train_policy
+    seen = {}
+
+    def hsi(policy, task, twin, demos, rounds, episodes, randomization, *a, **kw):
+        seen['hindsight'] = randomization
+        return demos
+
+    def ppo(policy, task, twin, randomization, cfg, progress=None):
+        seen['ppo'] = randomization
+        return SimpleNamespace(success_rate=[])
+    monkeypatch.setattr(pipeline, 'hindsight_self_imitation', hsi)
+    monkeypatch.setattr(pipeline, 'train_bandit_ppo', ppo)
+    ps = ParameterSet()
+    ps.add(ParameterEstimate('geom/box_0/friction', 0.5, 0.4, 0.6, 0.5, '', True))
+    cfg = TrainConfig(demos=6, bc_epochs=20, eval_trials=2, hindsight_randomized=randomized,
+                      ppo=PPOConfig(iterations=1, batch_size=2))
+    train_policy(slide, make_twin(robot), ps, cfg, None)
+    assert seen['ppo'].ranges == {'geom/box_0/friction': pytest.approx((0.4, 0.6))}
+    assert (seen['hindsight'] is seen['ppo']) if randomized else seen['hindsight'] is None
+
+
 def test_train_policy_pipeline_writes_a_self_contained_checkpoint(robot, slide, tmp_path):
     from real2sim2real_ros.core.policies.pipeline import TrainConfig, train_policy
     ps = ParameterSet()
