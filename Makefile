@@ -23,9 +23,9 @@ setup:
 lint: setup
 	@$(ENV) bash scripts/lint.sh
 
-# Two xdist workers by default: one runs every graph test (test/node, test/integration) in
-# order, the other the rest beside it (test/conftest.py groups them); TEST_WORKERS=0 runs the
-# suite serially. Fresh-clone times are in docs/results.md.
+# Two xdist workers by default: one runs the graph tests (test/integration, launched graphs)
+# in order, the other the rest beside it (test/conftest.py groups them); TEST_WORKERS=0 runs
+# the suite serially. Fresh-clone times are in docs/results.md.
 TEST_WORKERS ?= 2
 test: setup
 	@$(ENV) bash scripts/lint.sh
