@@ -47,6 +47,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     play.add_argument('-d', '--delay', type=float, default=0.0, metavar='S',
                       help='sleep S seconds before playing (each loop), as ros2 bag play '
                            '--delay: lets subscribers match the player after it matched them')
+    play.add_argument('--wait-for-all-acked', type=float, default=5.0, metavar='S',
+                      help='after the last message, wait up to S seconds for reliable '
+                           'subscribers to acknowledge everything (0: exit at once)')
     play.add_argument('--no-progress', action='store_true', help='no progress bar')
     play.set_defaults(func=cmd_play)
 
@@ -182,6 +185,9 @@ def cmd_play(args) -> int:
                       file=sys.stderr, flush=True)
                 return EXIT_FAILED
         print(f'published {published} messages', file=sys.stderr, flush=True)
+        if args.wait_for_all_acked > 0 and not player.wait_for_all_acked(args.wait_for_all_acked):
+            print(f'warning: not every subscriber acknowledged every message within '
+                  f'{args.wait_for_all_acked:g} s', file=sys.stderr, flush=True)
         # Every message of the played topics, or a failure: a bag whose metadata counts more
         # than its file yields must not pass as played.
         expected = sum(t.count for name, t in player.bag.topics.items()

@@ -299,6 +299,18 @@ class BagPlayer:
     def is_paused(self) -> bool:
         return not self._running.is_set()
 
+    def wait_for_all_acked(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` in all for every reliable subscriber to acknowledge what was
+        published (as ``ros2 bag play --wait-for-all-acked``): a player that exits at once
+        takes its unacknowledged tail with it when a subscriber is slow. True when all were."""
+        from rclpy.duration import Duration
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        acked = True
+        for pub in [*self._pubs.values(), *filter(None, [self._clock_pub])]:
+            left = max(deadline - time.monotonic(), 0.0)
+            acked &= bool(pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))))
+        return acked
+
     def close(self):
         for pub in self._pubs.values():
             self.node.destroy_publisher(pub)
