@@ -155,7 +155,7 @@ TINY = {'demos': 12, 'self_imitation_rounds': 0, 'bc_epochs': 150,
 def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     """Tiny budgets: this checks the plumbing and the scores' consistency, not the figures."""
     spec = draw_cells(1, seed=11)[0]
-    cfg = HarnessConfig(trials=3, train=TINY)
+    cfg = HarnessConfig(trials=3, train=TINY, arm_probe_duration=3.0)
     report = run([spec], cfg, tmp_path / 'out', jobs=1, json_path=tmp_path / 'r.json')
     saved = json.loads((tmp_path / 'r.json').read_text())
     assert saved['schema'] == SCHEMA and saved['summary']['cells_failed'] == 0, \
