@@ -300,3 +300,27 @@ def test_mesh_object_scene_compiles_with_hulls(tmp_path):
     for m in range(model.nmesh):
         if 'hull' in model.mesh(m).name:
             assert model.mesh_vertnum[m] <= 16
+
+
+def test_a_ghost_sheet_beside_a_face_is_not_an_object():
+    """The footprint rule on the ghost a live loop's fusion left beside the default box's face
+    (CI, stop 32: 52 points over 21 x 1.1 mm, 20 mm tall; it became 'box_0' and the box
+    'box_1', so the executor waited for a box_0 the tracker never saw): under two voxels
+    across, whatever its orientation; a real footprint, or a thin object lying flat, passes."""
+    from real2sim2real_ros.core.reconstruction.pipeline import footprint_thickness
+    rng = np.random.default_rng(0)
+    cfg = ReconstructionConfig()
+    assert cfg.min_object_thickness == pytest.approx(2 * cfg.voxel)
+
+    def sheet(length, width, yaw, n=52):
+        local = np.c_[rng.uniform(-length / 2, length / 2, n),
+                      rng.uniform(-width / 2, width / 2, n)]
+        c, s = np.cos(yaw), np.sin(yaw)
+        return local @ np.array([[c, s], [-s, c]]) + [0.503, 0.122]
+
+    for yaw in (0.0, 0.35, np.pi / 4, 2.0):
+        assert footprint_thickness(sheet(0.021, 0.0011, yaw)) < 0.0012
+        assert footprint_thickness(sheet(0.021, 0.0011, yaw)) < cfg.min_object_thickness
+        assert footprint_thickness(sheet(0.08, 0.06, yaw, 2500)) > 0.059   # the box's top
+        assert footprint_thickness(sheet(0.05, 0.012, yaw)) > cfg.min_object_thickness
+    assert footprint_thickness(np.zeros((2, 2))) == 0.0
