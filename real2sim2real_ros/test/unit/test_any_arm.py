@@ -251,6 +251,19 @@ def test_an_arm_that_cannot_reach_gets_one_clear_line():
                                 or 'reaches no tool-down point' in text)
 
 
+def test_the_reach_bound_holds_in_every_configuration(arms):
+    """reach_bound (what lets an arm far too small fail without a full IK sweep) is an
+    upper bound on the tip's distance from the first joint, and not a loose one."""
+    from real2sim2real_ros.core.tasks.kinematics import ToolDownIK, reach_bound
+    rng = np.random.default_rng(0)
+    for name, robot in [*arms.items(), ('small_arm', load_robot(_small_arm()))]:
+        ik = ToolDownIK(robot, np.clip(np.zeros(robot.n_joints), robot.lower, robot.upper))
+        anchor, reach = reach_bound(ik)
+        lo, hi = np.maximum(robot.lower, -np.pi), np.minimum(robot.upper, np.pi)
+        far = max(np.linalg.norm(ik.fk(rng.uniform(lo, hi))[0] - anchor) for _ in range(300))
+        assert 0.6 * reach < far <= reach + 1e-9, name
+
+
 def test_cell_spec_with_robot_rebuilds_per_joint_values(arms):
     default = load_cell_spec(default_cell_spec_path())
     swapped = cell_spec_with_robot(default, 'example-robot-data:panda+pusher')

@@ -269,6 +269,9 @@ def ready_pose(robot: RobotDescription, target=READY_TIP, n_seeds: int = 16,
         seeds += [rng.uniform(lo, hi) for _ in range(n_seeds - 1)]
         best, best_key = None, None
         found: list[np.ndarray] = []
+        anchor, reach = reach_bound(ik)
+        if np.linalg.norm(target - anchor) > reach:
+            seeds = []                  # out of reach in any configuration: no IK to try
         for seed in seeds:
             q, err = _axis_ik(ik, target, seed)
             if err > 1e-5 or not robot.within_limits(q) or \
@@ -289,15 +292,30 @@ def ready_pose(robot: RobotDescription, target=READY_TIP, n_seeds: int = 16,
     return _READY_CACHE[key].copy()
 
 
+def reach_bound(ik: ToolDownIK) -> tuple[np.ndarray, float]:
+    """(the first arm joint's anchor, an upper bound on the tip's distance from it): the
+    chain's anchor-to-anchor lengths and the last anchor to the tip, each fixed whatever the
+    joints do, summed. A point farther than that is out of reach in any configuration."""
+    robot, m, d = ik.robot, ik.model, ik.data
+    ik.fk(np.clip(np.zeros(robot.n_joints), robot.lower, robot.upper))
+    jids = [m.jnt_qposadr.tolist().index(a) for a in ik._qadr]
+    anchors = np.array([d.xanchor[j] for j in jids] + [d.xpos[ik._tip]])
+    return anchors[0].copy(), float(np.linalg.norm(np.diff(anchors, axis=0), axis=1).sum())
+
+
 def _tool_down_span(ik: ToolDownIK, z: float, xs) -> tuple[float, float] | None:
     """The x range (m, base frame, y = 0) over which the tip reaches tool-down at height z,
-    swept outwards and inwards from the first reachable x, each solve seeded by the last."""
+    swept outwards and inwards from the first reachable x, each solve seeded by the last;
+    points beyond ``reach_bound`` are not tried (an arm far too small fails at once)."""
     robot = ik.robot
     lo, hi = np.maximum(robot.lower, -np.pi), np.minimum(robot.upper, np.pi)
     rng = np.random.default_rng(1)
     seeds = [np.clip(_mid_range(robot), lo, hi)] + [rng.uniform(lo, hi) for _ in range(5)]
+    anchor, reach = reach_bound(ik)
     ok = []
     for x in xs:
+        if np.linalg.norm(np.array([x, 0.0, z]) - anchor) > reach:
+            continue
         for seed in seeds:
             q, err = _axis_ik(ik, (x, 0.0, z), seed, iters=200)
             if err < 1e-4 and robot.within_limits(q):
