@@ -5,7 +5,9 @@ Sources (parameter ``source``):
 * ``topics``: an existing driver (realsense2_camera) or a bag being replayed. Per camera
   namespace ``<cam>`` it subscribes to ``<cam>/<color_topic>`` (rgb8/bgr8),
   ``<cam>/<depth_topic>`` (32FC1 m or 16UC1 mm, registered to colour: realsense-ros users set
-  ``depth_topic: aligned_depth_to_color/image_raw``) and ``<cam>/<info_topic>``.
+  ``depth_topic: aligned_depth_to_color/image_raw``) and ``<cam>/<info_topic>``, only while a
+  capture goal runs (an idle node spends no CPU on 30 Hz images; the first frame of a goal
+  then waits for the subscriptions to match).
 * ``emulated``: the emulated cell, i.e. ``topics`` with its names (the defaults).
 * ``realsense``: drives the first camera with pyrealsense2 (colour + depth aligned to colour,
   intrinsics from the device) and publishes the live streams under the realsense-ros names
@@ -31,6 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
@@ -184,18 +187,18 @@ class CameraCaptureNode(Node):
         self._robot_error = ''
         self._busy = threading.Lock()
         self.source_error = ''
-        image_qos = qos.by_name(self.p.image_qos)
+        self._image_qos = qos.by_name(self.p.image_qos)
         group = ReentrantCallbackGroup()
-        self._subscribe_cameras(image_qos, group)
+        self._subscribe_extrinsics(group)
         # Always: hand-eye mounts need them for poses, and every capture set records the arm
         # (scene reconstruction masks it out with its URDF at these joint positions).
         self._urdf = ''
-        self._state_group = group  # /joint_states only while capturing (ros/subscriptions.py)
+        self._state_group = group  # joint_states and images only while capturing
         self.create_subscription(String, 'robot_description', self._on_description,
                                  qos.LATCHED, callback_group=group)
         self.realsense = None
         if self.p.source == 'realsense':
-            self._start_realsense(image_qos)
+            self._start_realsense(self._image_qos)
         self._action = ActionServer(
             self, Capture, '~/capture', execute_callback=self._execute,
             goal_callback=self._on_goal, cancel_callback=lambda _g: CancelResponse.ACCEPT,
@@ -231,19 +234,28 @@ class CameraCaptureNode(Node):
             raise ConfigurationError(f'{self.p.extrinsics_file} has no pose for {missing}')
         return mounts
 
-    def _subscribe_cameras(self, image_qos, group):
+    def _subscribe_extrinsics(self, group):
+        """The latched per-camera poses, unless extrinsics_file gives them."""
+        if self.mounts:
+            return
         for s in self.streams:
-            base = s.namespace
-            if self.p.source != 'realsense':
-                for topic, callback in ((self.p.color_topic, s.on_color),
-                                        (self.p.depth_topic, s.on_depth)):
-                    self.create_subscription(Image, f'{base}/{topic}', callback, image_qos,
-                                             callback_group=group)
-                self.create_subscription(CameraInfo, f'{base}/{self.p.info_topic}', s.on_info,
-                                         image_qos, callback_group=group)
-            if not self.mounts:
-                self.create_subscription(PoseStamped, f'{base}/extrinsics', s.on_pose,
-                                         qos.LATCHED, callback_group=group)
+            self.create_subscription(PoseStamped, f'{s.namespace}/extrinsics', s.on_pose,
+                                     qos.LATCHED, callback_group=group)
+
+    def _subscribe_images(self, stack: ExitStack):
+        """Colour, depth and camera_info of every camera, for as long as ``stack`` is open
+        (one goal); the realsense source feeds its streams itself."""
+        if self.p.source == 'realsense':
+            return
+        for s in self.streams:
+            with s.cond:
+                s.colors.clear()
+                s.depths.clear()
+            for msg_type, topic, callback in ((Image, self.p.color_topic, s.on_color),
+                                              (Image, self.p.depth_topic, s.on_depth),
+                                              (CameraInfo, self.p.info_topic, s.on_info)):
+                stack.enter_context(subscribed(self, msg_type, f'{s.namespace}/{topic}',
+                                               callback, self._image_qos, self._state_group))
 
     # ------------------------------------------------------------------ robot (hand-eye)
     def _on_joint_state(self, msg: JointState):
@@ -312,8 +324,10 @@ class CameraCaptureNode(Node):
 
     def _execute(self, goal_handle):
         self._joint_states.clear()
-        with self._busy, subscribed(self, JointState, 'joint_states', self._on_joint_state,
-                                    qos.STATE, self._state_group):
+        with self._busy, ExitStack() as stack:
+            stack.enter_context(subscribed(self, JointState, 'joint_states',
+                                           self._on_joint_state, qos.STATE, self._state_group))
+            self._subscribe_images(stack)
             deadline = time.monotonic() + 2.0  # discovery of the fresh subscription
             while not self._joint_states and time.monotonic() < deadline:
                 time.sleep(0.02)

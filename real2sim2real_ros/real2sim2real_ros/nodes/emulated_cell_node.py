@@ -18,7 +18,9 @@ Offers the ROS surface a real cell has, so the pipeline cannot tell it apart:
 * per camera (realsense-ros names): ``<cam>/color/image_raw`` (rgb8),
   ``<cam>/color/camera_info``, ``<cam>/depth/image_rect_raw`` (32FC1 m or 16UC1 mm),
   ``<cam>/depth/camera_info``; frames ``<cam>_color_optical_frame`` /
-  ``<cam>_depth_optical_frame`` (coincident; same intrinsics: the depth is registered)
+  ``<cam>_depth_optical_frame`` (coincident; same intrinsics: the depth is registered).
+  A frame is rendered only while one of its topics has a subscriber, and colour only while
+  the colour topic has one (rendering is this node's largest CPU cost)
 * ``<cam>/extrinsics`` (geometry_msgs/PoseStamped, latched): the calibrated pose of the colour
   optical frame in ``world_frame``, with the spec's calibration error (a real calibration is
   never exact); also ``/tf_static`` when tf2_msgs is importable
@@ -432,13 +434,22 @@ class EmulatedCellNode(Node):
                                                                  self.world_frame))
 
     def _publish_frame(self, cam, depth_format: str):
-        t, rgb, depth = self.world.render_with_time(cam.name)
-        time_stamp = _stamp(self.t0 + t)
+        """One frame of ``cam``, rendered only for the streams someone subscribes to: the
+        colour and depth images cost ~30 ms of CPU each at 640x480, and an idle graph has no
+        reader (camera_capture subscribes during a goal, the tracker to depth only)."""
         pubs = self.cam_pubs[cam.name]
+        colour = pubs['color'].get_subscription_count() > 0
+        if not (colour or pubs['depth'].get_subscription_count() or
+                pubs['color_info'].get_subscription_count() or
+                pubs['depth_info'].get_subscription_count()):
+            return
+        t, rgb, depth = self.world.render_with_time(cam.name, rgb=colour)
+        time_stamp = _stamp(self.t0 + t)
         color_frame = camera_model.color_optical_frame(cam.name)
         depth_frame = camera_model.depth_optical_frame(cam.name)
-        pubs['color'].publish(cell_messages.image_msg(rgb, 'rgb8', cam.width, cam.height,
-                                                      time_stamp, color_frame))
+        if colour:
+            pubs['color'].publish(cell_messages.image_msg(rgb, 'rgb8', cam.width, cam.height,
+                                                          time_stamp, color_frame))
         pubs['depth'].publish(cell_messages.image_msg(
             encode_depth(depth, depth_format), depth_format, cam.width, cam.height, time_stamp,
             depth_frame))

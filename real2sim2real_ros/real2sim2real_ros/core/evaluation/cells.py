@@ -184,7 +184,7 @@ def draw_wide_cell_data(rng: np.random.Generator, index: int, base: dict | None 
     robot = load_robot(default_cell_urdf())
     try:
         q0 = ready_pose(robot, target=(READY_TIP[0], READY_TIP[1], READY_TIP[2] + t['height']),
-                        n_seeds=6)
+                        n_seeds=6, explain=False)
     except IKError:
         q0 = ready_pose(robot)
     rb['initial_positions'] = [round(float(q), 6) for q in q0]

@@ -42,8 +42,9 @@ class ToolDownIK:
         self.model = robot.compile()
         self.data = mujoco.MjData(self.model)
         self._qadr = robot.qpos_indices(self.model)
-        self._dadr = np.array([self.model.jnt_dofadr[self.model.jnt_qposadr.tolist().index(a)]
-                               for a in self._qadr])
+        qposadr = self.model.jnt_qposadr.tolist()
+        self._jids = [qposadr.index(a) for a in self._qadr]     # the arm's joint ids, in order
+        self._dadr = self.model.jnt_dofadr[self._jids]
         self._tip = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, robot.tip_link)
         self.damping = float(damping)
         if q_ready is None:
@@ -201,17 +202,18 @@ def _axis_ik(ik: ToolDownIK, target, q, iters: int = 300) -> tuple[np.ndarray, f
     m, robot = ik.model, ik.robot
     mid = _mid_range(robot)
     jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
-    down = np.array([0.0, 0.0, -1.0])
-    eye = np.eye(len(q))
+    eye, eye3, reg = np.eye(len(q)), np.eye(3), 1e-6 * np.eye(6)
+    e = np.zeros(6)
     err = np.inf
     for _ in range(iters):
         pos, rot = ik.fk(q)
         z = rot[:, 2]
-        e = np.concatenate([target - pos, np.cross(z, down)])
+        e[:3] = target - pos
+        e[3:] = -z[1], z[0], 0.0              # the tool axis z x down (0, 0, -1)
         err = float(np.linalg.norm(e))
         mujoco.mj_jacBody(m, ik.data, jacp, jacr, ik._tip)
-        J = np.vstack([jacp, (np.eye(3) - np.outer(z, z)) @ jacr])[:, ik._dadr]
-        J_pinv = J.T @ np.linalg.inv(J @ J.T + 1e-6 * np.eye(6))
+        J = np.vstack([jacp, (eye3 - np.outer(z, z)) @ jacr])[:, ik._dadr]
+        J_pinv = J.T @ np.linalg.inv(J @ J.T + reg)
         dq = J_pinv @ e
         step = np.abs(dq).max()
         if step > 0.5:
@@ -241,7 +243,7 @@ def _workspace_score(robot: RobotDescription, q) -> int:
 
 
 def ready_pose(robot: RobotDescription, target=READY_TIP, n_seeds: int = 16,
-               ik: ToolDownIK | None = None) -> np.ndarray:
+               ik: ToolDownIK | None = None, explain: bool = True) -> np.ndarray:
     """A tool-down ready pose of ``robot``: the tool tip at ``target`` (base frame), the tool
     pointing straight down. READY_POSE when it is one (the default cell arm: unchanged);
     otherwise solved from ``n_seeds`` deterministic seeds, keeping the solution that reaches
@@ -251,7 +253,8 @@ def ready_pose(robot: RobotDescription, target=READY_TIP, n_seeds: int = 16,
     The tool axis is the tip link's z (as on tool0 / tool_tip, core.tools.add_pusher).
     Cached per kinematic model. Raises IKError when no seed gives one, with what the tasks
     need and what the arm reaches (``reach_report``). ``ik``: a ToolDownIK
-    of ``robot`` to compute with (only its kinematics are used).
+    of ``robot`` to compute with (only its kinematics are used). ``explain=False``: the IKError
+    leaves ``reach_report`` out (its reach sweep takes seconds), for callers that fall back.
     """
     target = np.asarray(target, float)
     if ik is None:
@@ -281,13 +284,13 @@ def ready_pose(robot: RobotDescription, target=READY_TIP, n_seeds: int = 16,
             rank = (_workspace_score(robot, q), -float(np.linalg.norm(q - _mid_range(robot))))
             if rank[0] >= 0 and (best_key is None or rank > best_key):
                 best, best_key = q, rank
-        if best is None:
-            raise IKError(f'{robot.name}: no tool-down ready pose with the tip at '
-                          f'{target.round(3).tolist()}: {reach_report(robot, ik)}')
-        if best_key[0] < len(_WORKSPACE) // 2:
+        if best is None or best_key[0] < len(_WORKSPACE) // 2:
+            why = reach_report(robot, ik) if explain else 'reach not explained (explain=False)'
+            if best is None:
+                raise IKError(f'{robot.name}: no tool-down ready pose with the tip at '
+                              f'{target.round(3).tolist()}: {why}')
             raise IKError(f'{robot.name}: its tool-down ready pose reaches only {best_key[0]} '
-                          f'of the {len(_WORKSPACE)} task workspace points: '
-                          f'{reach_report(robot, ik)}')
+                          f'of the {len(_WORKSPACE)} task workspace points: {why}')
         _READY_CACHE[key] = best
     return _READY_CACHE[key].copy()
 
@@ -296,10 +299,9 @@ def reach_bound(ik: ToolDownIK) -> tuple[np.ndarray, float]:
     """(the first arm joint's anchor, an upper bound on the tip's distance from it): the
     chain's anchor-to-anchor lengths and the last anchor to the tip, each fixed whatever the
     joints do, summed. A point farther than that is out of reach in any configuration."""
-    robot, m, d = ik.robot, ik.model, ik.data
+    robot, d = ik.robot, ik.data
     ik.fk(np.clip(np.zeros(robot.n_joints), robot.lower, robot.upper))
-    jids = [m.jnt_qposadr.tolist().index(a) for a in ik._qadr]
-    anchors = np.array([d.xanchor[j] for j in jids] + [d.xpos[ik._tip]])
+    anchors = np.vstack([d.xanchor[ik._jids], d.xpos[ik._tip]])
     return anchors[0].copy(), float(np.linalg.norm(np.diff(anchors, axis=0), axis=1).sum())
 
 
