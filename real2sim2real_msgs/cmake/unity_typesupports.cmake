@@ -12,6 +12,12 @@ function(real2sim2real_unity_typesupports)
   foreach(_s IN LISTS _suffixes)
     if(TARGET ${PROJECT_NAME}${_s})
       set_target_properties(${PROJECT_NAME}${_s} PROPERTIES UNITY_BUILD ON)
+      # Each generated file declares its dependencies' functions again: harmless, but GCC
+      # says so for every pair once they share a translation unit.
+      if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+        target_compile_options(${PROJECT_NAME}${_s} PRIVATE
+          $<$<COMPILE_LANGUAGE:CXX>:-Wno-redundant-decls>)
+      endif()
     endif()
   endforeach()
 endfunction()
