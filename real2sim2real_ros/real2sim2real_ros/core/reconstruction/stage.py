@@ -20,13 +20,16 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..artifacts import MANIFEST, RunDirectory, atomic_output_path
+from .config import STAGES, ProgressCallback, ReconstructionConfig
 from .errors import ErrorCode, ReconstructionError
-from .pipeline import STAGES, ProgressCallback, ReconstructionConfig, ReconstructionResult
-from .pipeline import reconstruct as reconstruct_views
+
+if TYPE_CHECKING:
+    from .pipeline import ReconstructionResult
 
 STAGE = 'reconstruct'
 POINTS_FILE = 'points.npz'
@@ -130,6 +133,7 @@ def run_stage(capture: str | Path, run_dir: str | Path, config: ReconstructionCo
         raise ReconstructionError(ErrorCode.WRITE_FAILED,
                                   f'cannot create a stage folder in {run_dir}: {exc}') from None
     try:
+        from .pipeline import reconstruct as reconstruct_views  # open3d: loaded here
         result = reconstruct_views(views, config, record.folder, progress)
         points_path = _write_points(record.folder / POINTS_FILE, result)
         record.inputs = {
