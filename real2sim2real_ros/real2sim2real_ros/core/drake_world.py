@@ -569,8 +569,9 @@ class DrakeWorld(ServoCellBase):
         _, rgb, depth = self.render_with_time(camera, noise)
         return rgb, depth
 
-    def render_with_time(self, camera: str, noise: bool = True):
-        """(world time of the snapshot, rgb, depth): the stamp a camera driver would use."""
+    def render_with_time(self, camera: str, noise: bool = True, rgb: bool = True):
+        """(world time of the snapshot, rgb, depth): the stamp a camera driver would use.
+        ``rgb=False``: depth only (rgb None; the colour port is not evaluated)."""
         cam = self._spec.camera(camera)
         sensor = self._sensors[cam.name]
         ctx = self._render_context()
@@ -579,14 +580,15 @@ class DrakeWorld(ServoCellBase):
             stamp = self.time
         self.plant.SetPositions(self.plant.GetMyMutableContextFromRoot(ctx), q)
         sctx = sensor.GetMyContextFromRoot(ctx)
-        rgb = np.array(sensor.color_image_output_port().Eval(sctx).data[:, :, :3])
+        colour = (np.array(sensor.color_image_output_port().Eval(sctx).data[:, :, :3])
+                  if rgb else None)
         depth = np.array(sensor.depth_image_32F_output_port().Eval(sctx).data[:, :, 0],
                          dtype=np.float32)
         depth[~np.isfinite(depth) | (depth <= 0)] = np.nan
         if noise:
             with self._noise_lock:
                 depth = apply_depth_noise(depth, cam.depth_noise, self._depth_rngs[cam.name])
-        return stamp, rgb, depth
+        return stamp, colour, depth
 
     def close(self):
         """Drop this thread's render context (its engine and GL resources)."""

@@ -149,7 +149,7 @@ def test_depth_renders_with_the_spec_intrinsics():
     """The box's top centre, projected with the spec's intrinsics and pose, reads its camera
     depth (clean, +-3 mm); the clean depth equals the MuJoCo cell's pixel by pixel (median
     < 0.5 mm: same intrinsics, principal point convention and extrinsics); the noisy depth
-    has the spec's noise (holes, sigma at ~1 m)."""
+    has the spec's noise (holes, sigma at ~1 m); ``rgb=False`` gives the same depth alone."""
     spec = load_cell_spec(_data(objects=DRAKE['objects'][:1]))
     w = make_world(spec)
     try:
@@ -167,6 +167,11 @@ def test_depth_renders_with_the_spec_intrinsics():
         mj = EmulatedWorld(spec)
         try:
             _, mj_depth = mj.render(cam.name, noise=False)
+            # Depth alone (what the cell node renders for a depth-only reader): the same image.
+            for world, full in ((w, depth), (mj, mj_depth)):
+                _, no_rgb, alone = world.render_with_time(cam.name, noise=False, rgb=False)
+                assert no_rgb is None
+                np.testing.assert_array_equal(alone, full)
         finally:
             mj.close()
         both = np.isfinite(depth) & np.isfinite(mj_depth)
