@@ -435,7 +435,7 @@ class EmulatedCellNode(Node):
 
     def _publish_frame(self, cam, depth_format: str):
         """One frame of ``cam``, rendered only for the streams someone subscribes to: the
-        colour and depth images cost ~30 ms of CPU each at 640x480, and an idle graph has no
+        colour and depth images cost ~25 ms of CPU each at 640x480, and an idle graph has no
         reader (camera_capture subscribes during a goal, the tracker to depth only)."""
         pubs = self.cam_pubs[cam.name]
         colour = pubs['color'].get_subscription_count() > 0
