@@ -46,7 +46,8 @@ Per frame (``ObjectTracker.update``):
 Measured on the emulated cells (test_object_tracking.py): <= 1.4 mm, <= 1.9 deg with true
 camera poses; CPU per 640x480 frame ~10 ms tracking, 20-35 ms acquiring (2 objects, arm mask).
 
-ROS-free: numpy + scipy (MuJoCo only inside ``RobotGeomMask``).
+ROS-free: numpy + scipy (MuJoCo only inside ``RobotGeomMask``); scipy loads on first use, so a
+tracker node starts without its import cost.
 """
 from __future__ import annotations
 
@@ -55,9 +56,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import ndimage
-from scipy.optimize import linear_sum_assignment
-from scipy.spatial import ConvexHull, QhullError
 
 from .geometry import yaw_quat
 
@@ -323,6 +321,7 @@ def _jump_mask(depth: np.ndarray, threshold: float) -> np.ndarray:
 def min_area_rectangle(xy: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """(angle of the first side, (2,) side lengths, (2,) centre) of the smallest enclosing
     rectangle (rotating calipers over the convex hull's edge directions)."""
+    from scipy.spatial import ConvexHull, QhullError
     try:
         hull = xy[ConvexHull(xy).vertices]
     except (QhullError, ValueError):
@@ -672,6 +671,7 @@ class ObjectTracker:
 
         t1 = time.perf_counter()
         min_pts = max(5, cfg.min_points // (s * s))
+        from scipy import ndimage
         labels, n = ndimage.label(keep, structure=np.ones((3, 3), bool))
         lab = labels.ravel()[flat]
         counts = np.bincount(lab, minlength=n + 1)
@@ -723,6 +723,7 @@ class ObjectTracker:
                     cost[i, j] = dist if (dist <= gate or not prior.strong) else 10.0 + dist
         assigned = {}
         if n_c:
+            from scipy.optimize import linear_sum_assignment
             rows, cols = linear_sum_assignment(cost)
             assigned = {int(r): int(c) for r, c in zip(rows, cols, strict=True)
                         if cost[r, c] < _INCOMPATIBLE}

@@ -434,25 +434,32 @@ class EmulatedCellNode(Node):
                                                                  self.world_frame))
 
     def _publish_frame(self, cam, depth_format: str):
-        """One frame of ``cam``, rendered only for the streams someone subscribes to: the
-        colour and depth images cost ~25 ms of CPU each at 640x480, and an idle graph has no
-        reader (camera_capture subscribes during a goal, the tracker to depth only)."""
+        """One frame of ``cam``, rendered only for the image streams someone subscribes to:
+        the colour and depth images cost ~25 ms of CPU each at 640x480, and an idle graph
+        has no reader (camera_capture subscribes during a goal, the tracker to depth only).
+        A camera_info reader alone gets its info stamped with the world's time, unrendered."""
         pubs = self.cam_pubs[cam.name]
         colour = pubs['color'].get_subscription_count() > 0
-        if not (colour or pubs['depth'].get_subscription_count() or
-                pubs['color_info'].get_subscription_count() or
-                pubs['depth_info'].get_subscription_count()):
+        depth_read = pubs['depth'].get_subscription_count() > 0
+        info_read = (pubs['color_info'].get_subscription_count() > 0 or
+                     pubs['depth_info'].get_subscription_count() > 0)
+        if colour or depth_read:
+            t, rgb, depth = self.world.render_with_time(cam.name, rgb=colour)
+        elif info_read:
+            with self.world.lock:
+                t = self.world.time
+        else:
             return
-        t, rgb, depth = self.world.render_with_time(cam.name, rgb=colour)
         time_stamp = _stamp(self.t0 + t)
         color_frame = camera_model.color_optical_frame(cam.name)
         depth_frame = camera_model.depth_optical_frame(cam.name)
         if colour:
             pubs['color'].publish(cell_messages.image_msg(rgb, 'rgb8', cam.width, cam.height,
                                                           time_stamp, color_frame))
-        pubs['depth'].publish(cell_messages.image_msg(
-            encode_depth(depth, depth_format), depth_format, cam.width, cam.height, time_stamp,
-            depth_frame))
+        if depth_read:
+            pubs['depth'].publish(cell_messages.image_msg(
+                encode_depth(depth, depth_format), depth_format, cam.width, cam.height,
+                time_stamp, depth_frame))
         intr = self.world.intrinsics(cam.name)
         for key, frame in (('color_info', color_frame), ('depth_info', depth_frame)):
             pubs[key].publish(cell_messages.camera_info_msg(intr, time_stamp, frame))
