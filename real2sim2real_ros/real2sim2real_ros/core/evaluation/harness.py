@@ -284,12 +284,14 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     # One-shot tasks observe only the start; closed-loop ones every frame during motion.
     cell = CellWorld(world, cfg.object_id, observer, stream=not one_shot)
     policies: dict[str, dict] = {}
-    for k, name in enumerate(POLICIES):
+    for name in POLICIES:
         t = time.perf_counter()
         say(spec.name, f'train {name}')
         twin = twins['nominal' if name == 'nominal' else 'identified']
-        tcfg = cfg.train_config(cfg.seed + 17 * k,
-                                closed_loop=not getattr(task, 'one_shot', False))
+        # One training seed for the three (common random numbers): they then differ only in
+        # the twin they train in and the randomisation, not in the seed's own spread (the
+        # same imitation training in the same twin gave 90-100% over seeds 1-5, stop 32).
+        tcfg = cfg.train_config(cfg.seed, closed_loop=not getattr(task, 'one_shot', False))
         if name == 'identified_dr':
             tcfg.randomization_min_relative = cfg.randomization_min_relative
         trained = train_stage(task if name == 'nominal' else task_expert, twin,
