@@ -101,10 +101,8 @@ class TrackedObjectModel:
 
     @property
     def yaw_period(self) -> float:
-        """Yaw symmetry of the footprint: pi for a box, pi/2 for a square one."""
-        if self.shape == 'cylinder':
-            return 2 * np.pi
-        return np.pi / 2 if abs(self.extents[0] - self.extents[1]) < 0.003 else np.pi
+        """Yaw symmetry of the footprint (:func:`footprint_yaw_period`)."""
+        return footprint_yaw_period(self.shape, self.extents)
 
 
 @dataclass
@@ -342,6 +340,15 @@ def min_area_rectangle(xy: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
 def _rot2(a: float) -> np.ndarray:
     c, s = np.cos(a), np.sin(a)
     return np.array([[c, -s], [s, c]])
+
+
+def footprint_yaw_period(shape: str, extents) -> float:
+    """The yaw symmetry of an upright object's footprint, the period its tracked yaw is known
+    modulo: 2 pi for a cylinder (no yaw), pi for a box, pi/2 for a box whose footprint is
+    square within 3 mm."""
+    if shape == 'cylinder':
+        return 2 * np.pi
+    return np.pi / 2 if abs(extents[0] - extents[1]) < 0.003 else np.pi
 
 
 def wrap_to(angle: float, reference: float, period: float) -> float:

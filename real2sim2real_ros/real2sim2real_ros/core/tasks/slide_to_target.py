@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from ..geometry import quat_yaw, wrap_angle, yaw_quat
+from ..object_tracking import footprint_yaw_period
 from ..twin import UnstableTwinError
 from .base import (
     EpisodeResult,
@@ -35,9 +36,6 @@ from .spec import DeclaredTask
 from .worlds import applied_parameters, observed_start, scored_pose
 
 G = 9.81
-# A box footprint this close to square (m) has a quarter-turn symmetry (core/object_tracking
-# TrackedObjectModel.yaw_period: the tracker reports its yaw modulo pi/2).
-SQUARE_TOLERANCE = 0.003
 
 
 @dataclass
@@ -119,21 +117,20 @@ class SlideToTarget(DeclaredTask):
     def observation(self, state: dict) -> np.ndarray:
         """(distance to goal m, heading to goal rad, object yaw relative to that heading rad).
         The relative yaw is what a depth tracker can know: a box's modulo its outline's
-        symmetry (a half turn, a quarter for a square footprint: core/object_tracking
-        ``yaw_period``), centred on 0; a cylinder's 0 (no yaw). A twin's true yaw and a cell's
-        tracked one then agree: with the raw yaw, a box struck with its heading beyond +-pi/2
-        was observed pi off its training range on the cell (wide-prior cell wide_6: 0/10 with
-        the tracker, 10/10 with the true pose)."""
+        symmetry (a half turn, a quarter for a square footprint: the tracker's own
+        ``footprint_yaw_period``), centred on 0; a cylinder's 0 (no yaw). A twin's true yaw
+        and a cell's tracked one then agree: with the raw yaw, a box struck with its heading
+        beyond +-pi/2 was observed pi off its training range on the cell (wide-prior cell
+        wide_6: 0/10 with the tracker, 10/10 with the true pose)."""
         d = np.asarray(state['goal_xy']) - np.asarray(state['object_xy'])
         heading = float(np.arctan2(d[1], d[0]))
         return np.array([np.linalg.norm(d), heading,
                          self._relative_yaw(state['object_yaw'] - heading)])
 
     def _relative_yaw(self, a: float) -> float:
-        sx, sy = self.cfg.object_size[:2]
         if self.cfg.object_shape == 'cylinder':
             return 0.0
-        period = 0.5 * np.pi if abs(sx - sy) < SQUARE_TOLERANCE else np.pi
+        period = footprint_yaw_period(self.cfg.object_shape, self.cfg.object_size)
         return float((a + 0.5 * period) % period - 0.5 * period)
 
     def initial_state(self, reset: ResetSample) -> dict:
