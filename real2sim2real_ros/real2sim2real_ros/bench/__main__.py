@@ -8,6 +8,9 @@ bench_results/object_id.json.
 ``python -m real2sim2real_ros.bench arm_id [harness|live ...]``: arm identification,
 regression + polish against the multi-start rollout fit on the same recordings
 (bench/arm_id_bench.py); writes bench_results/arm_id.json. ``make bench`` runs it too.
+``python -m real2sim2real_ros.bench arm_id_coverage [live|harness] [FIRST LAST]``: interval
+honesty over the cell's noise seeds FIRST..LAST-1 (default live, 100 160): per run, intervals
+covering the truth and its squared Mahalanobis distance; writes bench_results/arm_id_coverage.json.
 ``python -m real2sim2real_ros.bench identify [--live-run-dir DIR]``: the identify stage's wall
 time per sub-stage, harness (one cell, in process) and live (the node's manifest in DIR)
 (bench/identify_bench.py); writes bench_results/identify.json. ``make bench`` runs the
@@ -56,6 +59,14 @@ def arm_id(argv) -> int:
     return 0
 
 
+def arm_id_coverage(argv) -> int:
+    from real2sim2real_ros.bench import arm_id_bench
+    setting = argv[0] if argv else 'live'
+    first, last = (int(argv[1]), int(argv[2])) if len(argv) >= 3 else (100, 160)
+    _save('arm_id_coverage', arm_id_bench.coverage(setting, range(first, last)))
+    return 0
+
+
 def identify(argv) -> int:
     from real2sim2real_ros.bench import identify_bench
     out = identify_bench.main(argv)
@@ -76,6 +87,8 @@ def main(argv=None) -> int:
         return model_gap(argv[1:])
     if argv and argv[0] == 'arm_id':
         return arm_id(argv[1:])
+    if argv and argv[0] == 'arm_id_coverage':
+        return arm_id_coverage(argv[1:])
     if argv and argv[0] == 'identify':
         return identify(argv[1:])
     if argv and argv[0] == 'push':

@@ -124,6 +124,54 @@ def print_comparison(out: dict, console=None) -> None:
             console.print(f'[yellow]{out[m]["method"]}: {w}[/]')
 
 
+def coverage(setting: str = 'live', seeds=range(100, 160), cell_spec=None) -> dict:
+    """Interval honesty over joint-state noise draws: per seed of the cell's noise, the probes
+    recorded as in ``setting``, method ``auto`` fitted, and per run how many 95% intervals
+    cover the truth and the truth's squared Mahalanobis distance under the fit's covariance
+    (chi-square with 20 degrees of freedom when the intervals are honest)."""
+    import dataclasses
+
+    import numpy as np
+    from scipy import stats
+
+    from ..core.cell_spec import default_cell_spec_path, load_cell_spec
+    from ..core.evaluation.identification import identification_config_path
+    from ..core.sysid.config import load_identification_config
+    from ..core.sysid.fit import identify
+    from ..core.twin import Twin
+    cfg = SETTINGS[setting]
+    base = load_cell_spec(cell_spec or default_cell_spec_path())
+    runs = []
+    for seed in seeds:
+        recs, truth, gains, robot, _, _ = record(dataclasses.replace(base, seed=seed),
+                                                 cfg['probes'], cfg['duration'], cfg['period'])
+        conf = load_identification_config(identification_config_path())
+        conf.known.update(gains)
+        twin = Twin(robot, parameters=conf.start_values())
+        try:
+            fit = identify(twin, conf.specs, recs[:-1], heldout=recs[-1:], method='auto',
+                           nthread=cfg['nthread'])
+        finally:
+            twin.close()
+        s = score(fit, truth)
+        d = np.array([e.value - truth[e.name] for e in fit.parameters])
+        m2 = float(d @ np.linalg.solve(fit.covariance, d))
+        runs.append({'seed': seed, 'covered': s['covered'], 'within_10': s['within_10'],
+                     'n': s['n'], 'mahalanobis2': m2, 'method': fit.method})
+        print(f"seed {seed}: {s['covered']}/{s['n']} intervals cover, {s['within_10']} within "
+              f"10%, squared Mahalanobis distance {m2:.1f}", flush=True)
+    m2 = np.array([r['mahalanobis2'] for r in runs])
+    n = runs[0]['n']
+    summary = {'runs': len(runs),
+               'interval_coverage': sum(r['covered'] for r in runs) / (n * len(runs)),
+               'runs_below_75pct_covered': sum(r['covered'] < 0.75 * n for r in runs),
+               'mahalanobis2_mean': float(m2.mean()), 'mahalanobis2_max': float(m2.max()),
+               'chi2_999': float(stats.chi2.ppf(0.999, n)),
+               'chi2_9999': float(stats.chi2.ppf(0.9999, n))}
+    print(summary)
+    return {'setting': setting, 'cell': base.name, **cfg, 'summary': summary, 'runs': runs}
+
+
 def main(settings=('harness', 'live'), cell_spec=None) -> list:
     results = []
     for s in settings:

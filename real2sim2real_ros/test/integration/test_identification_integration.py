@@ -3,8 +3,10 @@ executor, estimates against the cell spec's hidden truth (the test is the evalua
 same estimates offline from the recorded bags, and bad input."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -39,7 +41,7 @@ def test_disarmed_executor_is_execution_failed(live):
 
 def test_live_estimates_match_the_hidden_truth(live):
     """Honest estimates: every parameter the probes pin down is within 10% of the truth,
-    latency within 1 ms, and the intervals cover the truth.
+    latency within 1 ms, and the truth lies in the estimates' joint confidence region.
 
     "Pinned down" here: a 95% interval within +-6.5% of the estimate, so that 10% is three
     standard errors; a parameter whose interval is just inside +-10% misses 10% in 5% of
@@ -66,11 +68,21 @@ def test_live_estimates_match_the_hidden_truth(live):
           f'{max(errors.values()):.1%}')
     assert {'global/command_latency', 'global/gravity_compensation'} <= set(checked), checked
     assert abs(est['global/command_latency'].value - truth['global/command_latency']) <= 0.001
-    # One run, 20 intervals whose damping/friction-loss pairs are correlated: a nominal 95%
-    # coverage still leaves 4 misses in a few percent of runs (seen once in CI-like runs);
-    # the >= 90% coverage claim is made over many cells in test_sysid.py, not per run.
-    assert covered >= 0.75 * len(est), [(n, p.value, p.lower_95, p.upper_95, truth[n])
-                                        for n, p in est.items()]
+    # Honest as a whole: the truth inside the estimates' joint 99.99% confidence region (the
+    # manifest's covariance; squared Mahalanobis distance <= the chi2(20) quantile, 52.4).
+    # The per-run count of covering intervals is not the claim: the damping, armature and
+    # latency estimates share one weak direction (docs/arm_identification.md, "Intervals"),
+    # so a 2-3 sigma draw along it takes 6-14 intervals out at once. Measured on the live
+    # setting (bench arm_id, noise seeds 100-159): 6 of 60 runs had < 15/20 covered (6-14),
+    # 91% of all intervals covered; the distance had mean 22.1 (chi2(20): 20), max 42.6.
+    # The CI run of e5c7d1a had 12/20. Intervals half as wide put 55 of 60 runs above 52.4.
+    manifest = json.loads((Path(result.parameters.artifact_dir) / 'manifest.json').read_text())
+    joint = manifest['results']['covariance']
+    d = np.array([est[n].value - truth[n] for n in joint['names']])
+    distance = float(d @ np.linalg.solve(np.array(joint['matrix']), d))
+    print(f'squared Mahalanobis distance of the truth {distance:.1f} (99.99%: 52.4)')
+    assert len(d) == 20 and distance <= 52.4, [(n, p.value, p.lower_95, p.upper_95, truth[n])
+                                               for n, p in est.items()]
     noise = truth['global/joint_state_noise_std']
     assert result.heldout_error_after <= 0.3 * result.heldout_error_before
     assert result.heldout_error_after < 1.5 * noise

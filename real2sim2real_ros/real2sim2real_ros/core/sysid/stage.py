@@ -498,7 +498,12 @@ def _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, twin, sho
             'heldout_error_after': fit.heldout_error_after, 'fit_wall_s': fit.wall_time,
             'rollouts': fit.n_rollouts, 'method': fit.method,
             'iterations': fit.iterations, 'warnings': fit.warnings,
-            'diagnostics': fit.diagnostics})
+            'diagnostics': fit.diagnostics,
+            # The arm estimates' joint covariance (SI units, rows in 'names' order): the
+            # intervals are its diagonal; a weak direction shared by several parameters
+            # (latency vs armature and damping) shows only here.
+            'covariance': {'names': [e.name for e in fit.parameters],
+                           'matrix': np.asarray(fit.covariance).tolist()}})
     if ofit is not None:
         stage.results['objects'] = {
             'residual_before': ofit.residual_before, 'residual_after': ofit.residual_after,

@@ -5,6 +5,7 @@ core/sysid/stage.py. The package docstring has the whole contract.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -80,7 +81,7 @@ PARAMETERS = (
     Param('run_dir', '', "Run directory for identify_<n>; '' = a temporary one."),
     Param('tracked_objects_topic', 'tracked_objects',
           'Tracked object poses (real2sim2real_msgs/TrackedObjects), subscribed only while '
-          'strike probes run.', read_only=True),
+          'an identify goal with strike probes runs.', read_only=True),
     Param('scene_file', '',
           "MJCF scene whose objects are identified; '' = the latest message on the latched "
           'scene topic (scene_reconstruction). Read at each goal.'),
@@ -266,17 +267,26 @@ class SystemIdentificationNode(ExecutorProbes, Node):
             goal.num_probes, self.p.num_probes, config.strike_probes, self.p.max_probes,
             arm=bool(specs), objects=bool(obj_specs))
         probes, arm_bags, strike_bags, arm_fit = [], [], [], None
-        if specs:
-            with timer('arm_probes'):
-                arm_bags, probes = self._excite(goal_handle, robot, n_arm)
-        if specs and obj_specs and n_strike:    # else fit_and_write fits the arm in line
-            arm_fit = ident.ArmFit(twin, specs, self._arm_recordings(robot, arm_bags, timer),
-                                   strikes_follow=True, settings=settings, timer=timer)
-        if obj_specs and n_strike:
+        strikes = bool(obj_specs and n_strike)
+        # Subscribed from the goal's start: discovery and the (lazy) tracker's first frames
+        # happen during the arm probes, not in the strikes' first wait (CI once saw no pose
+        # in 3 s when subscribing after them, with the arm fit starting beside it).
+        with contextlib.ExitStack() as stack:
+            if strikes:
+                stack.enter_context(subscribed(self, TrackedObjects,
+                                               self.p.tracked_objects_topic, self._on_tracked,
+                                               qos.STATE, self._cb))
+            if specs:
+                with timer('arm_probes'):
+                    arm_bags, probes = self._excite(goal_handle, robot, n_arm)
+            if specs and strikes:    # else fit_and_write fits the arm in line
+                arm_fit = ident.ArmFit(twin, specs,
+                                       self._arm_recordings(robot, arm_bags, timer),
+                                       strikes_follow=True, settings=settings, timer=timer)
+            if not strikes:
+                return probes, arm_bags, strike_bags, arm_fit
             cell = ExecutorStrikeCell(self, goal_handle, robot)
-            with subscribed(self, TrackedObjects, self.p.tracked_objects_topic,
-                            self._on_tracked, qos.STATE, self._cb), \
-                    ident.cancel_on_error(arm_fit):
+            with ident.cancel_on_error(arm_fit):
                 ident.run_strikes(
                     cell, robot, obj_twin, obj_specs, config, n_strike, settings=settings,
                     values=ident.arm_values(config, specs, None, last),
