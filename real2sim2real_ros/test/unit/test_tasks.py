@@ -273,3 +273,44 @@ def test_slide_observes_the_yaw_a_tracker_can_know(robot, size, shape, period):
             turned = heading + jitter + turns * (period or 0.77)
             obs = task.observation({'object_xy': xy, 'goal_xy': goal, 'object_yaw': turned})
             np.testing.assert_allclose(obs, base, atol=1e-9)
+
+
+def test_an_episode_is_one_placement_when_reconstruction_turned_the_box_axes(robot):
+    """A box 56 mm along its own x and 82 mm along y: reconstruction names the long side x, so
+    the twin's frame is the cell's turned by 90 degrees. The evaluator places the cell's box
+    at the episode's yaw + that turn and scores in the episode's frame, and the tracker
+    (given the reconstruction's outline) reports the episode's yaw: before, it placed the
+    box at the episode's yaw in the cell's own frame and the tracker saw it 90 degrees off
+    (the wide cells' policies then saw yaws they never trained on)."""
+    from types import SimpleNamespace
+
+    from real2sim2real_ros.core.evaluation.object_identification import episode_frame_yaw
+    from real2sim2real_ros.core.evaluation.observation import TrackedObservation
+    from real2sim2real_ros.core.geometry import angle_gap, quat_yaw
+    from real2sim2real_ros.core.object_tracking import TrackedObjectModel
+    data = copy.deepcopy(yaml.safe_load(open(default_cell_spec_path())))
+    box = data['objects'][0]
+    box['size'] = [0.056, 0.082, 0.05]
+    spec = load_cell_spec(data)
+    obj = spec.object('box_0')
+    found = SimpleNamespace(shape='box', yaw=obj.yaw - np.pi / 2 + 0.01)
+    turn = episode_frame_yaw(spec, 'box_0', found)
+    assert turn == pytest.approx(np.pi / 2)
+    assert episode_frame_yaw(spec, 'box_0', SimpleNamespace(shape='cylinder', yaw=1.0)) == 0.0
+    world = EmulatedWorld(spec)
+    try:
+        model = TrackedObjectModel('box_0', (0.082, 0.056, 0.05), 'box', tuple(obj.xyz[:2]),
+                                   found.yaw)
+        obs = TrackedObservation(world, robot, [model], spec.table.height, 'box_0')
+        cell = CellWorld(world, 'box_0', obs, stream=False, frame_yaw=turn)
+        xyz = [*obj.xyz[:2], obj.xyz[2]]
+        seen = cell.observe_start(xyz, 0.2)
+        assert seen is not None and angle_gap(seen[1], 0.2, np.pi) < 0.05, seen
+        with world.truth.scoring():
+            true_yaw = quat_yaw(world.object_poses()['box_0'][1])
+        assert angle_gap(true_yaw, 0.2 + np.pi / 2) < 1e-6
+        assert angle_gap(quat_yaw(cell.scored_object_pose()[1]), 0.2) < 1e-6
+        plain = CellWorld(world, 'box_0', frame_yaw=turn)
+        assert angle_gap(plain.observe_start(xyz, -0.1)[1], -0.1) < 1e-6
+    finally:
+        world.close()

@@ -210,7 +210,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     t = time.perf_counter()
     say(spec.name, 'identify')
     from .identification import identify_cell
-    from .object_identification import offsets_in_twin_frame
+    from .object_identification import episode_frame_yaw, offsets_in_twin_frame
     ident = identify_cell(world, robot, cfg, found, table_h, out_dir / 'identification',
                           list(recon['_found'].values()), recon['mjcf_path'],
                           controller_config=str(controller_config))
@@ -220,6 +220,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     with door.scoring():
         offsets_truth = offsets_in_twin_frame(world.spec, cfg.object_id, found.id,
                                               ident.get('object_frame_yaw'))
+        frame_yaw = episode_frame_yaw(world.spec, cfg.object_id, found)
     for est in ps:
         cell_name = next((c for c in truth if _twin_name(c, object_map) == est.name), None)
         tv = truth.get(cell_name) if cell_name else None
@@ -282,7 +283,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                                       table_h, found.id, rate=cfg.tracker_rate,
                                       latency=cfg.tracker_latency)
     # One-shot tasks observe only the start; closed-loop ones every frame during motion.
-    cell = CellWorld(world, cfg.object_id, observer, stream=not one_shot)
+    cell = CellWorld(world, cfg.object_id, observer, stream=not one_shot, frame_yaw=frame_yaw)
     policies: dict[str, dict] = {}
     for name in POLICIES:
         t = time.perf_counter()
@@ -315,8 +316,9 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
             # The old, kinder figure on the same episodes: the policy reads the true pose
             # (an allowed, labelled read: not what the loop's figures are computed on).
             with door.open('comparison: policy observing the true pose'):
-                truth_seen = _eval_row(evaluate(task, CellWorld(world, cfg.object_id), fn,
-                                                cfg.trials, eval_seed))
+                truth_seen = _eval_row(evaluate(task, CellWorld(world, cfg.object_id,
+                                                          frame_yaw=frame_yaw),
+                                                fn, cfg.trials, eval_seed))
         ident_tw = (own if name != 'nominal' else
                     evaluate(task, TwinWorld(twins['identified'], found.id), fn, cfg.trials,
                              eval_seed))
@@ -343,6 +345,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     return {'name': spec.name, 'spec_path': spec.source_path, 'hidden': hidden,
             'seed': cfg.seed, 'completed': True, 'reason': None,
             'task_config': _plain(task.config()), 'goals': goals['record'],
+            'episode_frame_yaw': frame_yaw,
             'reconstruction': {k: v for k, v in recon.items() if not k.startswith('_')},
             'identification': {'parameters': param_rows,
                                **{k: v for k, v in ident.items()

@@ -29,6 +29,19 @@ def offsets_in_twin_frame(spec, object_id: str, found_id: str,
             f'body/{found_id}/com_offset_y': float(s * x + c * y)}
 
 
+def episode_frame_yaw(spec, object_id: str, found) -> float:
+    """The episodes' object frame (the twin's, from reconstruction) to the cell object's own
+    frame, about z: the yaw between the true and the reconstructed object rounded to a
+    multiple of 90 degrees (reconstruction orders a box's sides, so it may turn its axes);
+    0 for a cylinder, whose yaw no view shows. Evaluator side (reads the spec's truth): what
+    CellWorld places the object with, so one episode is one physical placement in both."""
+    obj = next((o for o in spec.objects if o.id == object_id), None)
+    if obj is None or found.shape == 'cylinder':
+        return 0.0
+    quarter = np.pi / 2
+    return float(round((obj.yaw - found.yaw) / quarter) * quarter)
+
+
 def tracked_models(objects) -> list:
     """Tracker models (core/object_tracking.TrackedObjectModel) of reconstructed objects, as
     the object_tracker node builds them from the scene (box, cylinder; others as boxes)."""

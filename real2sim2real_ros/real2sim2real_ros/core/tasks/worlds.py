@@ -205,11 +205,18 @@ class CellWorld:
     """An EmulatedWorld (the stand-in for the physical cell) as a task backend.
 
     ``observer``: what the policy sees (evaluation/observation.TrackedObservation); ``stream``:
-    track during motion too (closed-loop tasks; a one-shot task needs only the start)."""
+    track during motion too (closed-loop tasks; a one-shot task needs only the start).
+
+    ``frame_yaw``: the episodes' object frame (the twin's: reconstruction may turn a box's
+    axes by a multiple of 90 degrees) to the cell object's own frame, about its z axis. The
+    evaluator places the object at the episode's yaw + ``frame_yaw`` and reads poses back
+    in the episode's frame, so that an episode means the same physical placement in the
+    cell and in the twin. 0: the frames agree."""
 
     kind = 'cell'
 
-    def __init__(self, world, object_id: str, observer=None, stream: bool = True):
+    def __init__(self, world, object_id: str, observer=None, stream: bool = True,
+                 frame_yaw: float = 0.0):
         if object_id not in world.object_ids:
             raise ValueError(f'no object {object_id!r} in the cell')
         self.world = world
@@ -217,7 +224,16 @@ class CellWorld:
         self.joint_names = list(world.joint_names)
         self.observer = observer
         self.stream = bool(stream)
+        self.frame_yaw = float(frame_yaw)
         self.observation_source = observer.source if observer is not None else 'truth'
+
+    def _episode_frame(self, xyz, quat) -> tuple[np.ndarray, np.ndarray]:
+        """A true pose of the cell object, expressed with the episodes' object frame."""
+        if self.frame_yaw == 0.0:
+            return xyz, quat
+        out = np.empty(4)
+        mujoco.mju_mulQuat(out, np.asarray(quat, float), yaw_quat(-self.frame_yaw))
+        return xyz, out
 
     @property
     def time(self) -> float:
@@ -226,7 +242,7 @@ class CellWorld:
 
     def _place(self, object_xyz, object_yaw: float) -> None:
         self.world.reset_objects([self.object_id], [(np.asarray(object_xyz, float),
-                                                     yaw_quat(object_yaw))])
+                                                     yaw_quat(object_yaw + self.frame_yaw))])
 
     def observe_start(self, object_xyz, object_yaw: float):
         """The evaluator places the object (the arm at its initial pose); the start pose the
@@ -236,7 +252,7 @@ class CellWorld:
         w.reset()
         self._place(object_xyz, object_yaw)
         if self.observer is None:
-            xyz, quat = w.object_poses()[self.object_id]
+            xyz, quat = self._episode_frame(*w.object_poses()[self.object_id])
             return xyz, quat_yaw(quat)
         return self.observer.begin(w)
 
@@ -283,12 +299,13 @@ class CellWorld:
         without an observer the true pose (a recorded truth read)."""
         if self.observer is not None:
             return self.observer.pose(self.world)
-        return self.world.object_poses()[self.object_id]
+        return self._episode_frame(*self.world.object_poses()[self.object_id])
 
     def scored_object_pose(self) -> tuple[np.ndarray, np.ndarray]:
-        """The TRUE pose, for the score only (read inside the world's truth door)."""
+        """The TRUE pose (in the episodes' frame), for the score only (read inside the world's
+        truth door)."""
         with self.world.truth.scoring():
-            return self.world.object_poses()[self.object_id]
+            return self._episode_frame(*self.world.object_poses()[self.object_id])
 
     def joint_positions(self) -> np.ndarray:
         """The arm's measured joint positions (rad)."""
