@@ -569,9 +569,11 @@ class DrakeWorld(ServoCellBase):
         _, rgb, depth = self.render_with_time(camera, noise)
         return rgb, depth
 
-    def render_with_time(self, camera: str, noise: bool = True, rgb: bool = True):
+    def render_with_time(self, camera: str, noise: bool = True, rgb: bool = True,
+                         depth: bool = True):
         """(world time of the snapshot, rgb, depth): the stamp a camera driver would use.
-        ``rgb=False``: depth only (rgb None; the colour port is not evaluated)."""
+        ``rgb=False``: depth only (rgb None; the colour port is not evaluated);
+        ``depth=False``: colour only (depth None; the depth port is not evaluated)."""
         cam = self._spec.camera(camera)
         sensor = self._sensors[cam.name]
         ctx = self._render_context()
@@ -582,13 +584,15 @@ class DrakeWorld(ServoCellBase):
         sctx = sensor.GetMyContextFromRoot(ctx)
         colour = (np.array(sensor.color_image_output_port().Eval(sctx).data[:, :, :3])
                   if rgb else None)
-        depth = np.array(sensor.depth_image_32F_output_port().Eval(sctx).data[:, :, 0],
+        if not depth:
+            return stamp, colour, None
+        image = np.array(sensor.depth_image_32F_output_port().Eval(sctx).data[:, :, 0],
                          dtype=np.float32)
-        depth[~np.isfinite(depth) | (depth <= 0)] = np.nan
+        image[~np.isfinite(image) | (image <= 0)] = np.nan
         if noise:
             with self._noise_lock:
-                depth = apply_depth_noise(depth, cam.depth_noise, self._depth_rngs[cam.name])
-        return stamp, colour, depth
+                image = apply_depth_noise(image, cam.depth_noise, self._depth_rngs[cam.name])
+        return stamp, colour, image
 
     def close(self):
         """Drop this thread's render context (its engine and GL resources)."""

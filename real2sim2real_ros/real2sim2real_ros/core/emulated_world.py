@@ -460,9 +460,11 @@ class EmulatedWorld(ServoCellBase):
         _, rgb, depth = self.render_with_time(camera, noise)
         return rgb, depth
 
-    def render_with_time(self, camera: str, noise: bool = True, rgb: bool = True):
+    def render_with_time(self, camera: str, noise: bool = True, rgb: bool = True,
+                         depth: bool = True):
         """(world time of the snapshot, rgb, depth): the stamp a camera driver would use.
-        ``rgb=False``: depth only (rgb None; a depth consumer's half of the cost)."""
+        ``rgb=False``: depth only (rgb None; a depth consumer's half of the cost);
+        ``depth=False``: colour only (depth None, no depth noise drawn)."""
         cam = self._spec.camera(camera)
         r = self._renderer(cam)
         with self.lock:
@@ -473,16 +475,18 @@ class EmulatedWorld(ServoCellBase):
         if rgb:
             r.disable_depth_rendering()
             colour = r.render().copy()
+        if not depth:
+            return stamp, colour, None
         r.enable_depth_rendering()
-        depth = r.render().astype(np.float32)
+        image = r.render().astype(np.float32)
         r.disable_depth_rendering()
         if noise:
             with self._noise_lock:   # the generator is shared; physics need not wait
-                depth = apply_depth_noise(depth, cam.depth_noise, self._depth_rngs[cam.name])
+                image = apply_depth_noise(image, cam.depth_noise, self._depth_rngs[cam.name])
         else:
-            depth[(depth <= 0) | (depth >= self._model.vis.map.zfar * self._model.stat.extent)] = \
+            image[(image <= 0) | (image >= self._model.vis.map.zfar * self._model.stat.extent)] = \
                 np.nan
-        return stamp, colour, depth
+        return stamp, colour, image
 
     def close(self):
         """Release the renderers."""

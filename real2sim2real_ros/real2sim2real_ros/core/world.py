@@ -119,9 +119,11 @@ class CellWorld(Protocol):
     def render(self, camera: str, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(rgb uint8 HxWx3, depth float32 m, NaN = hole) from ``camera``; noise=False: clean."""
 
-    def render_with_time(self, camera: str, noise: bool = True, rgb: bool = True):
+    def render_with_time(self, camera: str, noise: bool = True, rgb: bool = True,
+                         depth: bool = True):
         """(world time of the snapshot s, rgb, depth) from ``camera``: the stamp a driver uses.
-        ``rgb=False``: depth only (rgb None), for a reader of the depth stream alone."""
+        ``rgb=False``: depth only (rgb None), for a reader of the depth stream alone;
+        ``depth=False``: colour only (depth None)."""
 
     def close(self) -> None:
         """Release the cell's renderers and other resources."""

@@ -436,7 +436,8 @@ class EmulatedCellNode(Node):
     def _publish_frame(self, cam, depth_format: str):
         """One frame of ``cam``, rendered only for the image streams someone subscribes to:
         the colour and depth images cost ~25 ms of CPU each at 640x480, and an idle graph
-        has no reader (camera_capture subscribes during a goal, the tracker to depth only).
+        has no reader (camera_capture subscribes during a goal, the tracker to depth only);
+        each image is rendered only when its own stream has a reader.
         A camera_info reader alone gets its info stamped with the world's time, unrendered."""
         pubs = self.cam_pubs[cam.name]
         colour = pubs['color'].get_subscription_count() > 0
@@ -444,7 +445,8 @@ class EmulatedCellNode(Node):
         info_read = (pubs['color_info'].get_subscription_count() > 0 or
                      pubs['depth_info'].get_subscription_count() > 0)
         if colour or depth_read:
-            t, rgb, depth = self.world.render_with_time(cam.name, rgb=colour)
+            t, rgb, depth = self.world.render_with_time(cam.name, rgb=colour,
+                                                        depth=depth_read)
         elif info_read:
             with self.world.lock:
                 t = self.world.time
