@@ -109,7 +109,12 @@ def test_camera_topics_stop_mid_capture_is_a_camera_timeout(graph):
     assert result.error_code == CaptureResult.NO_FRAMES, result.error_msg
     assert result.error_msg.startswith('camera:') and 'camera/color/image_raw' in \
         result.error_msg and 'within 2.0 s' in result.error_msg
-    assert 1.9 < took < 2.0 + 3.0, took     # timeout 2 s + a view's processing, loaded
+    # The 2 s window starts in camera_capture when it has sent the first view's feedback;
+    # the kill follows the feedback's arrival here, so took = 2 s minus the feedback's
+    # delivery time. A fresh clone run beside a second one (load ~8) measured 1.899 s
+    # against the old lower bound 1.9, with the node's timeout exactly 2.0 s: the bound
+    # measured the test's feedback latency. 1.5 s still fails a timeout cut short.
+    assert 1.5 < took < 2.0 + 3.0, took     # timeout 2 s + a view's processing, loaded
     # Nothing marked complete: no capture folder holds a manifest.
     assert not list(run_dir.glob('capture_*/manifest.json'))
     assert capture.alive('camera_capture')
