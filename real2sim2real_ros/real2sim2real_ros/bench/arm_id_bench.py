@@ -47,6 +47,24 @@ def record(spec, n_probes: int, duration: float, period: float):
     return recs, truth, gains, robot, probes, center
 
 
+def fit_recordings(robot, recs, gains, *, method: str, nthread: int):
+    """core/sysid/fit.identify with ``method`` on ``recs`` (all but the last fitted, the last
+    held out), the 20 parameters of config/identification.yaml started at their priors with
+    the lab's servo ``gains`` known: the one fit every comparison here runs."""
+    from ..core.evaluation.identification import identification_config_path
+    from ..core.sysid.config import load_identification_config
+    from ..core.sysid.fit import identify
+    from ..core.twin import Twin
+    conf = load_identification_config(identification_config_path())
+    conf.known.update(gains)
+    twin = Twin(robot, parameters=conf.start_values())
+    try:
+        return identify(twin, conf.specs, recs[:-1], heldout=recs[-1:], method=method,
+                        nthread=nthread)
+    finally:
+        twin.close()
+
+
 def score(fit, truth: dict) -> dict:
     errors = {e.name: abs(e.value - truth[e.name]) / abs(truth[e.name])
               for e in fit.parameters if truth.get(e.name)}
@@ -68,7 +86,6 @@ def compare(setting: str = 'harness', cell_spec=None, methods=('least_squares', 
     from ..core.cell_spec import default_cell_spec_path, load_cell_spec
     from ..core.evaluation.identification import identification_config_path
     from ..core.sysid.config import load_identification_config
-    from ..core.sysid.fit import identify
     from ..core.sysid.regression import planned_condition_number
     from ..core.twin import Twin
     cfg = SETTINGS[setting]
@@ -77,16 +94,15 @@ def compare(setting: str = 'harness', cell_spec=None, methods=('least_squares', 
     recs, truth, gains, robot, probes, center = record(spec, cfg['probes'], cfg['duration'],
                                                        cfg['period'])
     out = {'setting': setting, 'cell': spec.name, 'record_s': time.perf_counter() - t, **cfg}
-    conf = load_identification_config(identification_config_path())
-    conf.known.update(gains)
-    twin = Twin(robot, parameters=conf.start_values())
-    out['planned_condition_number'] = planned_condition_number(twin, probes[:-1], center)
-    for m in methods:
-        twin = Twin(robot, parameters=conf.start_values())
-        fit = identify(twin, conf.specs, recs[:-1], heldout=recs[-1:], method=m,
-                       nthread=cfg['nthread'])
-        out[m] = score(fit, truth)
+    twin = Twin(robot, parameters=load_identification_config(
+        identification_config_path()).start_values())
+    try:
+        out['planned_condition_number'] = planned_condition_number(twin, probes[:-1], center)
+    finally:
         twin.close()
+    for m in methods:
+        out[m] = score(fit_recordings(robot, recs, gains, method=m, nthread=cfg['nthread']),
+                       truth)
     return out
 
 
@@ -135,24 +151,13 @@ def coverage(setting: str = 'live', seeds=range(100, 160), cell_spec=None) -> di
     from scipy import stats
 
     from ..core.cell_spec import default_cell_spec_path, load_cell_spec
-    from ..core.evaluation.identification import identification_config_path
-    from ..core.sysid.config import load_identification_config
-    from ..core.sysid.fit import identify
-    from ..core.twin import Twin
     cfg = SETTINGS[setting]
     base = load_cell_spec(cell_spec or default_cell_spec_path())
     runs = []
     for seed in seeds:
         recs, truth, gains, robot, _, _ = record(dataclasses.replace(base, seed=seed),
                                                  cfg['probes'], cfg['duration'], cfg['period'])
-        conf = load_identification_config(identification_config_path())
-        conf.known.update(gains)
-        twin = Twin(robot, parameters=conf.start_values())
-        try:
-            fit = identify(twin, conf.specs, recs[:-1], heldout=recs[-1:], method='auto',
-                           nthread=cfg['nthread'])
-        finally:
-            twin.close()
+        fit = fit_recordings(robot, recs, gains, method='auto', nthread=cfg['nthread'])
         s = score(fit, truth)
         d = np.array([e.value - truth[e.name] for e in fit.parameters])
         m2 = float(d @ np.linalg.solve(fit.covariance, d))
