@@ -40,17 +40,23 @@ if [[ -z $PYTHON ]]; then
 fi
 [[ -n $PYTHON ]] || { echo "[setup] Python 3.11 is required (the ROS 2 Kilted wheels are cp311)" >&2; exit 1; }
 
-req_hash=$(sha256sum requirements.txt | cut -d' ' -f1)
+# The stamp covers the bytecode too: a venv installed before it was compiled is installed
+# (and compiled) once more.
+req_hash=$( (sha256sum requirements.txt; echo "bytecode: compiled") | sha256sum | cut -d' ' -f1)
 stamp=$VENV/.requirements.sha256
 if [[ ! -x $VENV/bin/python ]] || [[ ! -f $stamp ]] || [[ $(cat "$stamp") != "$req_hash" ]]; then
   log "creating $VENV with $PYTHON and installing requirements.txt"
   [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
   # uv (pinned) installs the pinned set in ~20 s where pip took ~3 min on a fresh machine,
   # with pip's own index, find-links and constraint settings (scripts/uv_args.py). pip
-  # installs it when uv cannot.
+  # installs it when uv cannot. Both compile the bytecode up front (uv: --compile-bytecode,
+  # ~20 s more): where PYTHONDONTWRITEBYTECODE is set (this machine sets it for every process)
+  # nothing else writes it, and every process compiles what it imports (about 3 s of the 6 s
+  # of CPU that importing torch, open3d, scipy and mujoco takes; docs/results.md).
   if "$VENV/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" &&
      mapfile -t uv_opts < <("$VENV/bin/python" scripts/uv_args.py) && ((${#uv_opts[@]})) &&
-     "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "${uv_opts[@]}" -r requirements.txt
+     "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "${uv_opts[@]}" \
+       --compile-bytecode -r requirements.txt
   then
     log "installed requirements.txt with uv $UV_VERSION"
   else
@@ -97,6 +103,8 @@ log "colcon build"
   colcon --log-base log build --base-paths real2sim2real_msgs real2sim2real_ros \
     "${stand_in_paths[@]}" \
     --cmake-args -DPython3_EXECUTABLE="$VENV/bin/python" -DBUILD_TESTING=OFF
+  # The built packages' bytecode, for the same reason as the venv's.
+  python -m compileall -q -j 0 install >/dev/null
 )
 echo "$src_hash" > "$bstamp"
 log "done"
