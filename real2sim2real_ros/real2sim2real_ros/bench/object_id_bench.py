@@ -358,7 +358,7 @@ def run_object_identification(robot, spec, *, arm: str = 'identify', strike_prob
         probes += 1
         strike_recs.append(StrikeRecording(rec, tracks, plan.strikes, f'strike_{r}'))
         for s in plan.strikes:
-            previous[s.object_id] = s.heading
+            previous.setdefault(s.object_id, []).append(s.heading)
         if progress:
             progress(f'  strike {r}: ' + ', '.join(
                 f'{s.object_id} {np.degrees(s.heading):.0f} deg {s.speed:.2f} m/s'

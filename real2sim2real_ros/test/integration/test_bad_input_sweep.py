@@ -218,6 +218,14 @@ CONFIG_CASES = [
           lambda c: _ident(c.f, BINARY)),
     _case('ident_bad_name', 'UnknownParameterError', 'nonsense',
           lambda c: _ident(c.f, {'known': {'nonsense': 1.0}})),
+    _case('ident_extent_fraction_above_half', 'ParameterError',
+          ('com_offset_x', 'extent_fraction', '(0, 0.5]'),
+          lambda c: _ident(c.f, {'objects': {'parameters': [
+              {'name': 'body/{id}/com_offset_x', 'prior': 0.0, 'extent_fraction': 0.8}]}})),
+    _case('ident_extent_fraction_on_friction', 'ParameterError',
+          ('friction', 'com_offset_x|y only'),
+          lambda c: _ident(c.f, {'objects': {'parameters': [
+              {'name': 'geom/{id}/friction', 'prior': 0.5, 'extent_fraction': 0.2}]}})),
     # ---- parameter sets (core.training_setup.load_parameter_set, the trainer's reader)
     _case('pset_binary_file', 'ParameterError', 'params.yaml',
           lambda c: _pset(c.f('params.yaml', BINARY))),

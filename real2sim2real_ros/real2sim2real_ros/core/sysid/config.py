@@ -16,7 +16,10 @@ Format (config/identification.yaml)::
 
 Object parameter templates name ``{id}``, the id of each object of the twin's scene (boxes and
 cylinders); ``prior: scene`` takes the scene's value (the reconstructed mass), clipped into
-the bounds.
+the bounds. A centre of mass offset template may give ``extent_fraction: f`` instead of
+``lower``/``upper``: bounds +-f x the object's reconstructed extent along that axis (a box's
+centre of mass lies within half its extent; a fixed bound held a 150 mm box's 22 mm offset
+at a 15 mm bound).
 
 ``controller_config`` (relative to the config file; core/controller_config.py) gives the
 servo gains, ``actuator/<joint>/kp|kv``, as known values; ``known`` entries override them. A
@@ -71,14 +74,22 @@ class IdentificationConfig:
         self.strike = dict(objects.get('strike') or {})
         self.object_fit = dict(objects.get('fit') or {})
 
-    def object_specs(self, object_ids, scene_value=None) -> list[ParameterSpec]:
+    def object_specs(self, object_ids, scene_value=None, extents=None) -> list[ParameterSpec]:
         """The object templates expanded for ``object_ids``; ``scene_value(name)`` gives the
-        scene's value for ``prior: scene``."""
+        scene's value for ``prior: scene``, ``extents(id)`` the object's full extents (x, y,
+        z; m) for ``extent_fraction`` bounds."""
         out = []
         for oid in object_ids:
             for t in self.object_templates:
                 d = dict(t)
                 d['name'] = str(t['name']).replace('{id}', oid)
+                if 'extent_fraction' in d:
+                    if extents is None:
+                        raise ParameterError(f"{d['name']}: extent_fraction needs the scene's "
+                                             f"object extents")
+                    f = float(d.pop('extent_fraction'))
+                    half = f * float(extents(oid)['xyz'.index(d['name'][-1])])
+                    d['lower'], d['upper'] = -half, half
                 if d.get('prior') == 'scene':
                     if scene_value is None:
                         raise ParameterError(f"{d['name']}: prior 'scene' needs the scene")
@@ -302,6 +313,10 @@ def load_identification_config(path, robot=None,
             raise ParameterError(f"{path}: objects.parameters entries need a name with '{{id}}':"
                                  f' {t!r}')
         probe = dict(t, name=str(t['name']).replace('{id}', 'x'))
+        if 'extent_fraction' in probe:
+            _check_extent_fraction(path, probe)
+            f = float(probe.pop('extent_fraction'))
+            probe['lower'], probe['upper'] = -f, f
         if probe.get('prior') == 'scene':
             probe['prior'] = probe.get('lower')
         ParameterSpec.from_dict(probe)       # validates bounds and fields now
@@ -311,6 +326,17 @@ def load_identification_config(path, robot=None,
     return IdentificationConfig(specs, known, str(path), objects,
                                 _controller_path(data, path, controller_config), robot.name,
                                 notes)
+
+
+def _check_extent_fraction(path, t: dict) -> None:
+    name, f = str(t['name']), t['extent_fraction']
+    if not (name.endswith('/com_offset_x') or name.endswith('/com_offset_y')):
+        raise ParameterError(f'{path}: {name}: extent_fraction is for com_offset_x|y only')
+    if 'lower' in t or 'upper' in t:
+        raise ParameterError(f'{path}: {name}: give extent_fraction or lower/upper, not both')
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 0.5:
+        raise ParameterError(f'{path}: {name}: extent_fraction must be a number in (0, 0.5] '
+                             f'(a centre of mass lies within half the extent), got {f!r}')
 
 
 def load_parameter_values(path, robot=None, controller_config=None) -> dict[str, float]:

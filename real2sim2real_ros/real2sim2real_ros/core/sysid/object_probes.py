@@ -355,6 +355,11 @@ def _free_length(obj: StrikeObject, u: np.ndarray, table: TableRegion,
     return last, why
 
 
+# Two strike headings within 45 degrees of one axis (either way along it) push the box
+# along the same axis.
+SAME_AXIS_COS = math.cos(math.radians(45.0))
+
+
 def _headings(obj: StrikeObject, cfg: StrikeConfig) -> list[float]:
     if obj.shape == 'box':
         long_axis = obj.yaw if obj.extents[0] >= obj.extents[1] else obj.yaw + np.pi / 2
@@ -460,9 +465,13 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     struck objects.
 
     friction: {id: (lower, estimate, upper)} of the sliding friction (the prior bounds before
-    any estimate). previous: {id: heading of its last strike} (the next one prefers the
-    opposite heading, so the object comes back). Objects not struck are in ``skipped``.
-    Raises ProbeError when no object can be struck.
+    any estimate). previous: {id: heading of its last strike, or the headings of all its
+    strikes so far, oldest first}. Among the strikes with an informative slide, a box's next
+    one prefers an axis of the box not struck yet (a push along one axis bends the path by
+    the centre of mass offset across it only: strikes back and forth along one axis leave
+    the other offset unobservable), then the heading opposite the last (the object comes
+    back). Objects not struck are in ``skipped``. Raises ProbeError when no object can be
+    struck.
     """
     cfg = cfg or StrikeConfig()
     previous = previous or {}
@@ -496,15 +505,18 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
         if not options:
             skipped[obj.id] = 'no safe strike (' + '; '.join(reasons[:4]) + ')'
             continue
-        prev = previous.get(obj.id)
+        struck = np.atleast_1d(np.asarray(previous.get(obj.id, []), float))
+        prev = float(struck[-1]) if struck.size else None
 
         # The longest informative slide first (a short one measures the launch, not the
-        # friction), among those the way back (the object stays near the middle), then room.
+        # friction), among those a box's axis not struck yet, then the way back (the object
+        # stays near the middle), then room.
         fastest = max(o['speed'] for o in options)
 
-        def score(o, prev=prev, fastest=fastest):
+        def score(o, prev=prev, fastest=fastest, struck=struck, box=obj.shape == 'box'):
             back = 0.0 if prev is None else np.cos(o['heading'] - prev)   # -1: opposite
-            return (o['speed'] < 0.85 * fastest, round(back, 1), -o['free'])
+            seen = box and bool(np.any(np.abs(np.cos(o['heading'] - struck)) > SAME_AXIS_COS))
+            return (o['speed'] < 0.85 * fastest, seen, round(back, 1), -o['free'])
         best = min(options, key=score)
         info = _append_strike(build, obj, best, cfg, ik, safe_z, lo, hi)
         strikes.append(info)

@@ -246,12 +246,13 @@ def object_setup(robot, config, scene: str, *, timestep: float = 0.001, object_i
                           'scene_reconstruction): objects not identified')
     twin = _twin(robot, timer, scene=scene, timestep=timestep)
     ensure_object_priority(twin)
-    ids = [o.id for o in strike_objects(twin, {i: ((0, 0, 0), 0.0) for i in twin.object_ids})]
-    if object_ids is not None:
-        ids = [i for i in ids if i in set(object_ids)]
+    objs = {o.id: o for o in strike_objects(twin, {i: ((0, 0, 0), 0.0)
+                                                   for i in twin.object_ids})}
+    ids = [i for i in objs if object_ids is None or i in set(object_ids)]
     if not ids:
         return twin, [], f'scene {scene} has no box or cylinder object to identify'
-    return twin, config.object_specs(ids, twin.get_parameter), ''
+    return twin, config.object_specs(ids, twin.get_parameter,
+                                     lambda oid: objs[oid].extents), ''
 
 
 class StrikeCell(Protocol):
@@ -342,7 +343,7 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
         with timer('strike_probes'):
             recs.append(cell.strike(plan, r, info))
         for s in plan.strikes:
-            previous[s.object_id] = s.heading
+            previous.setdefault(s.object_id, []).append(s.heading)
         if r < n - 1:
             if progress is not None:
                 progress(f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
