@@ -6,7 +6,8 @@ then core/sysid/stage.py through evaluation/identification.identify_cell with th
 probes (2 x 8 s arm + 3 strikes), fit threads = the machine's cores. Printed: wall seconds
 per sub-stage (probes = simulated motion, fits, twin builds, reports), the arm parameters
 within 10% of the cell's truth and the 95% intervals covering it (the bench is the
-evaluator), the held-out figures.
+evaluator), the held-out figures, and the task object's estimates beside its truth (centre
+of mass offsets in the twin's frame, as the harness scores them).
 
 Live: the profile the system_identification node wrote into its newest ``identify_NNN``
 manifest under ``--live-run-dir`` (e.g. a ``make demo`` run directory; the demo prints it
@@ -29,6 +30,7 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
     from ..core.controller_config import cell_controller_config
     from ..core.evaluation.harness import HarnessConfig, reconstruct_cell
     from ..core.evaluation.identification import identify_cell
+    from ..core.evaluation.object_identification import offsets_in_twin_frame
     from ..core.robot_description import default_cell_urdf, load_robot
     from ..core.truth import TruthDoor
     from ..core.world import make_world
@@ -49,8 +51,17 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
                               controller_config=str(cell_controller_config(spec)))
         with door.scoring():
             truth = world.hidden_truth(list(world.joint_names))
+            truth.update({f'geom/{found.id}/friction':
+                          truth.get(f'geom/{cfg.object_id}/friction'),
+                          f'body/{found.id}/mass': truth.get(f'body/{cfg.object_id}/mass')})
+            truth.update(offsets_in_twin_frame(world.spec, cfg.object_id, found.id,
+                                               ident.get('object_frame_yaw')))
     finally:
         world.close()
+    objects = [{'name': e.name, 'value': e.value, 'lower_95': e.lower_95,
+                'upper_95': e.upper_95, 'identified': e.identified, 'truth': truth.get(e.name)}
+               for e in ident['parameters'] if e.name.startswith(f'geom/{found.id}/')
+               or e.name.startswith(f'body/{found.id}/')]
     arm = [e for e in ident['parameters'] if e.name.startswith(ARM_KINDS)
            and truth.get(e.name)]
     within = sum(abs(e.value - truth[e.name]) <= 0.10 * abs(truth[e.name]) for e in arm)
@@ -61,6 +72,8 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
             'arm_n': len(arm), 'arm_fit_method': ident['arm_fit_method'],
             'object_heldout_before_m': ident['object_heldout_error_before'],
             'object_heldout_after_m': ident['object_heldout_error_after'],
+            'object_heldout_true_m': ident.get('object_heldout_error_true_parameters'),
+            'object_parameters': objects,
             'stage_folder': ident['stage_folder']}
 
 
@@ -103,6 +116,11 @@ def print_profiles(rows, console=None) -> None:
                           f"{r['arm_covered']}/{r['arm_n']} ({r['arm_fit_method']}); object "
                           f"held-out {1e3 * r['object_heldout_before_m']:.1f} -> "
                           f"{1e3 * r['object_heldout_after_m']:.1f} mm")
+            for o in r.get('object_parameters', []):
+                truth = '-' if o['truth'] is None else f"{o['truth']:.4g}"
+                console.print(f"  {o['name']}: {o['value']:.4g} [{o['lower_95']:.4g}, "
+                              f"{o['upper_95']:.4g}] truth {truth}"
+                              f"{'' if o['identified'] else ' (not identified)'}")
 
 
 def main(argv=()) -> list:
