@@ -217,15 +217,18 @@ def test_estop_mid_motion_holds_within_two_control_periods_of_the_cells_clock(gr
         resp = cmd.stop()
         t_resp = time.monotonic()
         worker.join(timeout=15)
-        # Listen on until the state stream itself has reached 0.5 s past the stop call (its
-        # source timestamps), not a fixed 0.3 s of this process's time: a late-scheduled test
+        # Listen on until the state stream itself has reached 0.5 s past the hold command
+        # (source timestamps), not a fixed 0.3 s of this process's time: a late-scheduled test
         # process may not have taken in the states after the hold by then. A fresh-clone run
         # failed 'speeds never came to about zero' while the executor logged the stop sent and
-        # the goal STOPPED; the speeds it had received were not kept.
+        # the goal STOPPED; the speeds it had received were not kept. Past the hold, not the
+        # call: under two test suites at once the hold went out 505 ms after the call, and a
+        # stream read to the call + 0.5 s held no state after the hold + 0.2 s to judge.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             sent = listener.snapshot_sent()
-            if sent and sent[-1][0] >= t_call_sent + 0.5:
+            holds = [t for t, _ in commands.snapshot_sent() if t >= t_call_sent]
+            if holds and sent and sent[-1][0] >= holds[0] + 0.5:
                 break
             time.sleep(0.05)
     finally:
