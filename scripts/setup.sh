@@ -104,7 +104,7 @@ log "colcon build"
     "${stand_in_paths[@]}" \
     --cmake-args -DPython3_EXECUTABLE="$VENV/bin/python" -DBUILD_TESTING=OFF
   # The built packages' bytecode, for the same reason as the venv's.
-  python -m compileall -q -j 0 install >/dev/null
+  python -m compileall -q -j 0 install
 )
 echo "$src_hash" > "$bstamp"
 log "done"

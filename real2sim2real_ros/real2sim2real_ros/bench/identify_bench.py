@@ -28,7 +28,7 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
 
     from ..core.cell_spec import default_cell_spec_path, load_cell_spec
     from ..core.controller_config import cell_controller_config
-    from ..core.evaluation.harness import HarnessConfig, reconstruct_cell
+    from ..core.evaluation.harness import HarnessConfig, _twin_name, reconstruct_cell
     from ..core.evaluation.identification import identify_cell
     from ..core.evaluation.object_identification import offsets_in_twin_frame
     from ..core.robot_description import default_cell_urdf, load_robot
@@ -50,10 +50,10 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
                               recon['mjcf_path'],
                               controller_config=str(cell_controller_config(spec)))
         with door.scoring():
-            truth = world.hidden_truth(list(world.joint_names))
-            truth.update({f'geom/{found.id}/friction':
-                          truth.get(f'geom/{cfg.object_id}/friction'),
-                          f'body/{found.id}/mass': truth.get(f'body/{cfg.object_id}/mass')})
+            # The cell's names as the twin names them (the harness's mapping), the offsets
+            # turned into the twin's frame.
+            truth = {_twin_name(k, {cfg.object_id: found.id}): v for k, v in
+                     world.hidden_truth(list(world.joint_names)).items()}
             truth.update(offsets_in_twin_frame(world.spec, cfg.object_id, found.id,
                                                ident.get('object_frame_yaw')))
     finally:
