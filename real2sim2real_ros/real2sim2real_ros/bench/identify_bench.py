@@ -28,7 +28,12 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
 
     from ..core.cell_spec import default_cell_spec_path, load_cell_spec
     from ..core.controller_config import cell_controller_config
-    from ..core.evaluation.harness import HarnessConfig, _twin_name, reconstruct_cell
+    from ..core.evaluation.harness import (
+        HarnessConfig,
+        _twin_name,
+        heldout_verdict,
+        reconstruct_cell,
+    )
     from ..core.evaluation.identification import identify_cell
     from ..core.evaluation.object_identification import offsets_in_twin_frame
     from ..core.robot_description import default_cell_urdf, load_robot
@@ -73,6 +78,9 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
             'object_heldout_before_m': ident['object_heldout_error_before'],
             'object_heldout_after_m': ident['object_heldout_error_after'],
             'object_heldout_true_m': ident.get('object_heldout_error_true_parameters'),
+            'object_heldout_observable_true_m': ident.get('object_heldout_error_observable_true'),
+            'heldout_criterion': heldout_verdict(ident),
+            'tracker_displacement_error_m': ident.get('tracker_displacement_error'),
             'object_parameters': objects,
             'stage_folder': ident['stage_folder']}
 
@@ -99,7 +107,8 @@ def print_profiles(rows, console=None) -> None:
     t = Table(title='identify stage: wall seconds per sub-stage (count)')
     t.add_column('sub-stage')
     for r in rows:
-        t.add_column(f"{r['setting']} (nthread {r.get('nthread')})")
+        t.add_column(f"{r['setting']}{' ' + r['cell'] if r.get('cell') else ''} "
+                     f"(nthread {r.get('nthread')})")
     names = []
     for r in rows:
         names += [k for k in r['profile']['seconds'] if k not in names]
@@ -108,14 +117,27 @@ def print_profiles(rows, console=None) -> None:
                         f"({r['profile']['counts'].get(k, 1)})")
                        if k in r['profile']['seconds'] else '-' for r in rows])
     t.add_row('stage wall', *[f"{r['wall_s']:.1f}" if r.get('wall_s') else '-' for r in rows])
-    console.print(t)
+    if len(rows) <= 3:       # one column per row: wider than a terminal beyond that
+        console.print(t)
+    held = [r['heldout_criterion'] for r in rows if r.get('heldout_criterion')]
+    if len(held) > 1:
+        console.print(f"held-out criterion: {sum(h['pass'] for h in held)}/{len(held)} cells "
+                      f"pass ({sum(h['pass_true_floor'] for h in held)} against every true "
+                      f"value)")
     for r in rows:
         if r['setting'] == 'harness':
-            console.print(f"harness, {r['cell']} cell: arm parameters within 10% "
+            console.print(f"harness, {r['cell']} cell ({r['wall_s']:.1f} s): arm parameters "
+                          f"within 10% "
                           f"{r['arm_within_10']}/{r['arm_n']}, 95% covers truth "
                           f"{r['arm_covered']}/{r['arm_n']} ({r['arm_fit_method']}); object "
                           f"held-out {1e3 * r['object_heldout_before_m']:.1f} -> "
                           f"{1e3 * r['object_heldout_after_m']:.1f} mm")
+            h = r['heldout_criterion']
+            floors = f"floor {1e3 * h['floor']:.1f} mm" if h['floor'] else 'no floor'
+            if h['observable_floor'] and h['observable_floor'] != h['floor']:
+                floors += f", observable floor {1e3 * h['observable_floor']:.1f} mm"
+            console.print(f"  held-out criterion: {'pass' if h['pass'] else 'FAIL'} "
+                          f"(by {h['by']}; {floors})")
             for o in r.get('object_parameters', []):
                 truth = '-' if o['truth'] is None else f"{o['truth']:.4g}"
                 console.print(f"  {o['name']}: {o['value']:.4g} [{o['lower_95']:.4g}, "
@@ -126,12 +148,13 @@ def print_profiles(rows, console=None) -> None:
 def main(argv=()) -> list:
     import argparse
     p = argparse.ArgumentParser(prog='python -m real2sim2real_ros.bench identify')
-    p.add_argument('--cell-spec', default=None)
+    p.add_argument('--cell-spec', nargs='+', default=[None],
+                   help='cell spec YAMLs, one identification each (default: the default cell)')
     p.add_argument('--nthread', type=int, default=0, help='fit threads (0: every core)')
     p.add_argument('--live-run-dir', default='',
                    help="a run directory with the node's identify_NNN (e.g. make demo's)")
     args = p.parse_args(list(argv))
-    rows = [harness(args.cell_spec, args.nthread)]
+    rows = [harness(c, args.nthread) for c in args.cell_spec]
     if args.live_run_dir:
         rows.append(live(args.live_run_dir))
     print_profiles(rows)

@@ -263,6 +263,21 @@ def test_offset_fit_follows_the_trend_not_the_jitter():
         assert not rejects and hw > 0.25 * 0.030, (seed, v, hw)
 
 
+def test_an_offset_at_its_bound_is_not_identified():
+    """The parabola's vertex past a bound is clipped to it with a narrow interval (wide_9's
+    x offset: 30.0 mm [22.8, 30.0] for a truth of 21.9): reported not identified, as a
+    friction or a mass at its bound is; the same bend inside the bounds is identified."""
+    from real2sim2real_ros.core.parameters import ParameterSpec
+    from real2sim2real_ros.core.sysid.object_fit import _fit_offset, offset_identified
+    spec = ParameterSpec('body/box_0/com_offset_x', 0.0, -0.015, 0.015)
+    v, hw, _, rejects = _fit_offset(_Quadratic(0.022, 1000.0, 0.3), spec, 9)
+    assert v == pytest.approx(0.015) and hw < 0.25 * 0.030 and rejects
+    assert not offset_identified(spec, v, hw)
+    v, hw, _, _ = _fit_offset(_Quadratic(0.010, 1000.0, 0.3), spec, 9)
+    assert abs(v - 0.010) < 0.0005 and offset_identified(spec, v, hw)
+    assert not offset_identified(spec, 0.010, float('inf'))
+
+
 def test_centre_of_mass_offsets_of_boxes_only(case):
     """A box's lateral centre of mass offset bends its path sideways and is fitted; a
     cylinder's yaw is not tracked, so its offsets stay at the prior, unidentified."""
@@ -293,6 +308,8 @@ def test_heldout_floor_of_the_true_values_and_of_the_start_pose(case):
                            heldout=case.recordings[-1:],
                            reference={s.name: s.prior for s in specs})
     assert own.heldout_error_reference == pytest.approx(own.heldout_error_before, rel=1e-6)
+    # Nothing unobservable in that reference (every offset at its prior): the same floor.
+    assert own.heldout_error_observable == own.heldout_error_reference
     truth = {s.name: case.truth[s.name] for s in specs}
     still = rest_spread(case.twin, case.recordings[-1], truth, position_sigma=0.0,
                         yaw_sigma=0.0, samples=2)
@@ -300,6 +317,25 @@ def test_heldout_floor_of_the_true_values_and_of_the_start_pose(case):
     spread = rest_spread(case.twin, case.recordings[-1], truth, position_sigma=0.0011,
                          yaw_sigma=np.radians(0.45), samples=4)
     assert 1e-4 < spread < 0.03
+
+
+def test_the_observable_floor_keeps_a_cylinders_offsets_at_their_prior(robot):
+    """The held-out floor of what strikes can observe: a cylinder's centre of mass offsets
+    (its yaw is not tracked) go to their prior, a box's and every friction and mass stay."""
+    from real2sim2real_ros.core.sysid.object_fit import unobservable_at_prior
+    twin = Twin(robot, scene_xml(default_spec()))
+    try:
+        assert {'box_0', 'cylinder_0'} <= set(twin.object_ids)
+        truth = {'geom/box_0/friction': 0.4, 'body/box_0/com_offset_x': 0.011,
+                 'body/box_0/com_offset_y': -0.004, 'geom/cylinder_0/friction': 0.6,
+                 'body/cylinder_0/mass': 0.3, 'body/cylinder_0/com_offset_x': 0.015,
+                 'body/cylinder_0/com_offset_y': -0.012}
+        out = unobservable_at_prior(twin, truth, {'body/cylinder_0/com_offset_x': 0.002})
+        assert out == {**truth, 'body/cylinder_0/com_offset_x': 0.002,
+                       'body/cylinder_0/com_offset_y': 0.0}
+        assert truth['body/cylinder_0/com_offset_x'] == 0.015     # a copy
+    finally:
+        twin.close()
 
 
 def test_a_box_is_struck_along_both_its_axes(robot):

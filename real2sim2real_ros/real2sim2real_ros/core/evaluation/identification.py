@@ -56,6 +56,9 @@ class CellStrikes:
 
     def __init__(self, world, tracker, object_id: str):
         self.world, self.tracker, self.object_id = world, tracker, object_id
+        # Scoring only: the struck object's true (xy before, xy after) per strike, for the
+        # tracker's displacement error (never handed to the fit).
+        self.true_xy: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def before_strike(self, _index: int) -> None:
         """Put the struck object back at its spec pose before strike ``_index``."""
@@ -78,8 +81,25 @@ class CellStrikes:
         and object tracks)."""
         from ..sysid.object_fit import StrikeRecording
         from .object_identification import execute
+        before = self._true_xy()
         rec, tracks = execute(self.world, plan.probe, self.tracker)
+        self.true_xy[f'strike_{index}'] = (before, self._true_xy())
         return StrikeRecording(rec, tracks, plan.strikes, f'strike_{index}', info)
+
+    def _true_xy(self) -> np.ndarray:
+        with self.world.truth.scoring():
+            return np.asarray(self.world.object_poses()[self.object_id][0][:2], float).copy()
+
+    def displacement_error(self, rec, frames: int = 5) -> float:
+        """Scoring: how far the tracked displacement of the struck object over the strike
+        recording ``rec`` (the mean of the track's first and last ``frames`` frames, both at
+        rest) is from the true one (m); nan without a track."""
+        track = rec.tracks.get(self.object_id)
+        if track is None or len(track.times) < 2 * frames or rec.name not in self.true_xy:
+            return float('nan')
+        tracked = track.positions[-frames:, :2].mean(0) - track.positions[:frames, :2].mean(0)
+        t0, t1 = self.true_xy[rec.name]
+        return float(np.linalg.norm(tracked - (t1 - t0)))
 
 
 def fit_settings(cfg) -> FitSettings:
@@ -271,6 +291,9 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
               'object_heldout_error_before': ofit.heldout_error_before,
               'object_heldout_error_after': ofit.heldout_error_after,
               'object_heldout_error_true_parameters': ofit.heldout_error_reference,
+              'object_heldout_error_observable_true': ofit.heldout_error_observable,
+              'tracker_displacement_error': [cell.displacement_error(r)
+                                             for r in strike_recs],
               'object_heldout_along_before': ofit.heldout_along_before,
               'object_heldout_along_after': ofit.heldout_along_after,
               'arm_heldout_joint_error_before': ofit.heldout_joint_before,

@@ -64,8 +64,8 @@ from .object_probes import StrikeInfo, StrikeObject, TableRegion
 
 __all__ = ['ObjectDataError', 'ObjectFitOptions', 'ObjectFitResult', 'ObjectTrack',
            'StrikeRecording', 'ensure_object_priority', 'final_object_fits', 'identify_objects',
-           'object_frame_yaw', 'object_parameter_names', 'rest_spread', 'strike_objects',
-           'table_region']
+           'object_frame_yaw', 'object_parameter_names', 'offset_identified', 'rest_spread',
+           'strike_objects', 'table_region', 'unobservable_at_prior']
 
 G = 9.81
 BOUND_TOLERANCE = 0.01   # an estimate this near a bound (1% of it, or of the width) is pinned
@@ -176,6 +176,10 @@ class ObjectFitResult:
     # truth: what a perfect identification would reach); nan without a reference
     heldout_error_reference: float = float('nan')
     cpu_time: float = 0.0          # s of CPU, all threads of this process (load-independent)
+    # m, the same with the parameters no strike can observe (a cylinder's centre of mass
+    # offsets: its yaw is not tracked) at their priors: what a perfect identification of the
+    # observable parameters reaches. Equal to heldout_error_reference when all are observable
+    heldout_error_observable: float = float('nan')
 
 
 # ------------------------------------------------------------------ scene helpers
@@ -205,6 +209,21 @@ def object_frame_yaw(twin: Twin, object_id: str) -> float:
     data = mujoco.MjData(m)
     mujoco.mj_forward(m, data)
     return quat_yaw(data.xquat[body])
+
+
+def unobservable_at_prior(twin: Twin, values: dict, priors: dict) -> dict:
+    """``values`` with what no strike can observe set to its prior (``priors``; absent
+    there: 0): a cylinder's centre of mass offsets, since its yaw is not tracked (the fit
+    keeps them at the prior). What a perfect identification of the observable parameters
+    gives."""
+    out = dict(values)
+    for name in values:
+        if '/com_offset_' not in name:
+            continue
+        oid = name.split('/')[1]
+        if oid in twin.object_ids and not _is_box(twin, oid):
+            out[name] = priors.get(name, 0.0)
+    return out
 
 
 def _is_box(twin: Twin, object_id: str) -> bool:
@@ -621,6 +640,15 @@ def at_bound(spec: ParameterSpec, value: float) -> bool:
     return bool(value <= lo + tol or value >= hi - tol)
 
 
+def offset_identified(spec: ParameterSpec, value: float, half_width: float) -> bool:
+    """Is a centre of mass offset identified? An offset is near zero, so its interval is
+    judged against the bounds: at most half of their span (``half_width`` <= a quarter), and
+    the value not at a bound (:func:`at_bound`: the parabola's vertex was clipped there, as
+    wide_9's x offset at +30.0 mm for a truth of 21.9 in stop 36)."""
+    return bool(np.isfinite(half_width) and half_width <= 0.25 * (spec.upper - spec.lower)
+                and not at_bound(spec, value))
+
+
 def _rejects(res: _Residual, value: float, prior: float, r: np.ndarray, chi2: float) -> bool:
     """Do the residuals reject the prior against ``value``? (their cost rises by more than the
     95% chi^2 quantile of one parameter, scaled by the scatter). A parameter not identified
@@ -689,8 +717,7 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
         v, hw, chi2, rejects = _fit_offset(res_c, c_spec, options.grid,
                                            options.offset_systematic_error)
         rollouts += res_c.n_rollouts
-        # An offset is near zero: identified when its interval spans at most half the bounds.
-        ok = bool(hw <= 0.25 * (c_spec.upper - c_spec.lower))
+        ok = offset_identified(c_spec, v, hw)
         if ok or rejects:
             values[c_spec.name] = v
             com_moved = True
@@ -840,17 +867,22 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
     fitted_all = result_set.values()
     twin.set_parameters(fitted_all)
     # Scores and report data.
-    strikes, held_b, held_a, held_r, jb, ja, ab, aa = [], [], [], [], [], [], [], []
+    strikes, held_b, held_a, held_r, held_o = [], [], [], [], []
+    jb, ja, ab, aa = [], [], [], []
     before_vals = dict(priors)
     after_vals = dict(fitted_all)
+    observable = None
     if reference:
         twin.validate_names(list(reference))
+        observable = unobservable_at_prior(twin, reference, priors)
     shown = [(s, False) for s in segs if s.object_id in by_object and scores == 'all'] + \
         [(s, True) for s in held_segs if s.object_id in by_object and scores != 'none']
     for seg, is_held in shown:
         pre = {**(arm_priors or {}), **before_vals} if is_held else before_vals
         samples = [pre, after_vals] + ([{**after_vals, **reference}]
                                        if is_held and reference else [])
+        if is_held and observable is not None and observable != reference:
+            samples.append({**after_vals, **observable})
         xyz, q = _simulate(twin, seg, samples, nthread)
         xy = xyz[..., :2]
         n_rollouts += len(samples)
@@ -864,6 +896,7 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
             held_a.append(np.linalg.norm(d_a))
             if reference:
                 held_r.append(np.linalg.norm(xy[2][seg.rest].mean(axis=0) - obs_rest))
+                held_o.append(np.linalg.norm(xy[-1][seg.rest].mean(axis=0) - obs_rest))
             ab.append(float(d_b @ seg.u))
             aa.append(float(d_a @ seg.u))
             jb.append((q[0] - seg.joint_q).ravel())
@@ -876,7 +909,7 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
     return ObjectFitResult(result_set, rms(rb), rms(ra), rms(held_b), rms(held_a),
                            rms(jb), rms(ja), rms(ab), rms(aa), time.perf_counter() - t0,
                            n_rollouts, dropped, unstruck, sigma_track, strikes, per_object,
-                           rms(held_r), time.process_time() - cpu0)
+                           rms(held_r), time.process_time() - cpu0, rms(held_o))
 
 
 def rest_spread(twin: Twin, recording: StrikeRecording, values: dict, *,
@@ -933,6 +966,7 @@ def final_object_fits(twin: Twin, specs: list[ParameterSpec], recordings: list[S
         fit.heldout_along_before = validation.heldout_along_before
         fit.heldout_along_after = validation.heldout_along_after
         fit.heldout_error_reference = validation.heldout_error_reference
+        fit.heldout_error_observable = validation.heldout_error_observable
         fit.strikes += [s for s in validation.strikes if s.heldout]
         fit.n_rollouts += validation.n_rollouts
         fit.wall_time += validation.wall_time
