@@ -54,8 +54,9 @@ class CellStrikes:
     world, the object observed through the depth tracker (what the object_tracker node does
     on the cell's camera)."""
 
-    def __init__(self, world, tracker, object_id: str):
+    def __init__(self, world, tracker, object_id: str, track_id: str | None = None):
         self.world, self.tracker, self.object_id = world, tracker, object_id
+        self.track_id = track_id or object_id     # the tracker's (reconstruction's) name
         # Scoring only: the struck object's true (xy before, xy after) per strike, for the
         # tracker's displacement error (never handed to the fit).
         self.true_xy: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -94,12 +95,20 @@ class CellStrikes:
         """Scoring: how far the tracked displacement of the struck object over the strike
         recording ``rec`` (the mean of the track's first and last ``frames`` frames, both at
         rest) is from the true one (m); nan without a track."""
-        track = rec.tracks.get(self.object_id)
+        track = rec.tracks.get(self.track_id)
         if track is None or len(track.times) < 2 * frames or rec.name not in self.true_xy:
             return float('nan')
         tracked = track.positions[-frames:, :2].mean(0) - track.positions[:frames, :2].mean(0)
         t0, t1 = self.true_xy[rec.name]
         return float(np.linalg.norm(tracked - (t1 - t0)))
+
+
+def _footprint_radius(obj) -> float:
+    """A reconstructed object's footprint radius (m), as StrikeObject.radius has it: a
+    cylinder's own, anything else's half-diagonal."""
+    if getattr(obj, 'shape', '') == 'cylinder':
+        return 0.5 * float(max(obj.extents[0], obj.extents[1]))
+    return 0.5 * float(np.hypot(obj.extents[0], obj.extents[1]))
 
 
 def fit_settings(cfg) -> FitSettings:
@@ -249,7 +258,7 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
     frame_yaw = object_frame_yaw(obj_twin, found.id)
     models = tracked_models(o for o in (recon_objects or [found]) if o.id in obj_twin.object_ids)
     tracker = DepthTracker(world, robot, models, table_height)   # calibration: the spec's seed
-    cell = CellStrikes(world, tracker, cfg.object_id)
+    cell = CellStrikes(world, tracker, cfg.object_id, found.id)
     world.reset()
     world.step_for(0.3)
     try:
@@ -257,8 +266,7 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
             cell, robot, obj_twin, obj_specs, conf, cfg.object_strikes + 1,  # the last held out
             settings=settings, values=ident.arm_values(conf), timer=timer,
             before_strike=cell.before_strike, scene=scene_path or '',
-            footprints={o.id: (np.asarray(o.position[:2], float),
-                               0.5 * float(np.hypot(o.extents[0], o.extents[1])))
+            footprints={o.id: (np.asarray(o.position[:2], float), _footprint_radius(o))
                         for o in (recon_objects or []) if o.id != found.id})
     finally:
         obj_twin.close()

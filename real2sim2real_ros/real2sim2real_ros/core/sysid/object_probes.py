@@ -163,7 +163,12 @@ class StrikeObject:
 
     @property
     def radius(self) -> float:
-        """Footprint radius: the half-diagonal (a box may turn while it slides)."""
+        """Footprint radius: a box's half-diagonal (it may turn while it slides), a
+        cylinder's own radius (its footprint is the same circle at any yaw; the half-diagonal
+        of its d x d extents overstated it by 41%, and kept strikes from coming down beside
+        it: wide_5's box lost its long-axis strikes to a 47 mm cylinder taken as 67 mm)."""
+        if self.shape == 'cylinder':
+            return 0.5 * float(max(self.extents[0], self.extents[1]))
         return 0.5 * float(np.hypot(self.extents[0], self.extents[1]))
 
     def half_extent_along(self, heading: float) -> float:
