@@ -154,11 +154,11 @@ def test_heldout_criterion_numbers():
 
 
 def test_tracker_resolution_is_the_95th_percentile_of_the_strikes_errors():
-    # 20 strikes over two cells (a cell's two seeds share one identification: once).
+    # 20 strikes over two cells (a cell's two seeds repeat one identification: once).
     a = {'stage_folder': 'a', 'tracker_displacement_error': list(np.arange(1, 11) * 1e-4)}
     b = {'stage_folder': 'b', 'tracker_displacement_error': list(np.arange(11, 20) * 1e-4)
          + [float('nan'), 5e-3]}
-    res, n = tracker_resolution([a, dict(a), b, {'stage_folder': 'c'}])
+    res, n = tracker_resolution([a, {**a, 'stage_folder': 'a2'}, b, {'stage_folder': 'c'}])
     assert n == 20
     assert res == pytest.approx(np.quantile(np.r_[np.arange(1, 20) * 1e-4, 5e-3], 0.95))
     assert tracker_resolution([{'stage_folder': 'c'}]) == (None, 0)

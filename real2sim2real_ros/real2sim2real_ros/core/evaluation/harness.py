@@ -502,16 +502,17 @@ HELDOUT_RESOLUTION_QUANTILE = 0.95
 def tracker_resolution(identifications) -> tuple[float | None, int]:
     """(the ``HELDOUT_RESOLUTION_QUANTILE`` quantile of the tracker's displacement error over
     every strike of ``identifications`` (their ``tracker_displacement_error``, m; a cell's
-    seeds share one identification, counted once), the number of strikes). A held-out rest
+    seeds repeat one identification to the last bit, counted once), the number of strikes).
+    A held-out rest
     error below it cannot be told from a perfect twin's: the twin starts from the tracked
     pose and is scored on the tracked rest, so a twin that put the object exactly where it
     went would still miss by the tracker's displacement error, below this 95 times in 100.
     (None, 0) without measurements."""
     seen, errs = set(), []
     for h in identifications:
-        key = h.get('stage_folder') or id(h)
         e = [x for x in (h.get('tracker_displacement_error') or [])
              if x is not None and np.isfinite(x)]
+        key = tuple(e)       # the same strikes measured again (another seed of the cell)
         if key in seen or not e:
             continue
         seen.add(key)
