@@ -38,6 +38,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help='what drawn cells vary: physics (the above) or wide (table height and '
                    'placement, object shape, size, pose, clutter, camera pose, joint physics, '
                    'contact stiffness: core/evaluation/cells.py WIDE_PRIOR)')
+    p.add_argument('--drake-share', type=float, default=0.0, metavar='F',
+                   help='share of the drawn cells (0-1) run on Drake, every 1/F-th one, '
+                   'with what only Drake has drawn too (cells.py DRAKE_PRIOR); default 0')
     p.add_argument('--seed', type=int, nargs='+', default=[0], metavar='SEED',
                    help='seed for training and the cell\'s noise; several: every cell runs '
                    'once per seed (named <cell>_s<seed>), all in one report')
@@ -107,6 +110,10 @@ def cmd_evaluate(args) -> int:
     if args.trials < 1 or args.jobs < 1 or args.draw_cells < 0:
         print('r2s2r evaluate: --trials and --jobs must be >= 1', file=sys.stderr)
         return EXIT_USAGE
+    if not 0.0 <= args.drake_share <= 1.0:
+        print(f'r2s2r evaluate: --drake-share must be within [0, 1], got {args.drake_share}',
+              file=sys.stderr)
+        return EXIT_USAGE
     json_path = Path(args.json)
     out_dir = Path(args.out_dir) if args.out_dir else json_path.with_suffix('')
     specs = []
@@ -123,7 +130,8 @@ def cmd_evaluate(args) -> int:
     seeds = list(dict.fromkeys(args.seed))
     if args.draw_cells:
         draw_seed = seeds[0] if args.draw_seed is None else args.draw_seed
-        specs += draw_cells(args.draw_cells, draw_seed, out_dir / 'cells', prior=args.prior)
+        specs += draw_cells(args.draw_cells, draw_seed, out_dir / 'cells', prior=args.prior,
+                            drake_share=args.drake_share)
     pairs = [(s, seeds[0]) for s in specs]
     if len(seeds) > 1:
         import dataclasses

@@ -341,3 +341,37 @@ def test_tracker_sees_a_4cm_cube_at_any_yaw(robot, yaw):
         assert np.linalg.norm(seen['box_0'][0][:2] - [0.5, 0.05]) < 0.005
     finally:
         world.close()
+
+
+def test_a_share_of_the_drawn_cells_runs_on_drake(tmp_path):
+    """--drake-share 0.5: every second drawn cell on Drake, with its own Drake values drawn
+    from DRAKE_PRIOR and every other value as the MuJoCo draw has it; the cell builds and
+    steps on Drake. Out of [0, 1]: a named error."""
+    from real2sim2real_ros.core.drake_world import DrakeWorld
+    from real2sim2real_ros.core.evaluation.cells import DRAKE_PRIOR, draw_cells
+    from real2sim2real_ros.core.world import make_world
+    plain = draw_cells(4, seed=1, prior='wide')
+    mixed = draw_cells(4, seed=1, prior='wide', drake_share=0.5, out_dir=tmp_path)
+    assert [s.engine for s in plain] == ['mujoco'] * 4
+    assert [s.engine for s in mixed] == ['mujoco', 'drake', 'mujoco', 'drake']
+    assert [s.name for s in mixed] == ['wide_0', 'wide_1_drake', 'wide_2', 'wide_3_drake']
+    for p, m in zip(plain, mixed):
+        assert m.objects == p.objects and m.robot == p.robot and m.table == p.table
+        if m.engine == 'drake':
+            for k, (lo, hi) in DRAKE_PRIOR.items():
+                assert lo <= getattr(m.drake, k) <= hi, k
+    assert mixed[1].drake != mixed[3].drake
+    assert (tmp_path / 'wide_1_drake.yaml').is_file()
+    assert [s.engine for s in draw_cells(4, seed=1, prior='wide', drake_share=1.0)] == \
+        ['drake'] * 4
+    world = make_world(mixed[1])
+    try:
+        assert isinstance(world, DrakeWorld)
+        world.reset()
+        world.step_for(0.05)
+        assert np.all(np.isfinite(world.joint_positions()))
+    finally:
+        world.close()
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match='drake_share'):
+            draw_cells(2, seed=1, prior='wide', drake_share=bad)

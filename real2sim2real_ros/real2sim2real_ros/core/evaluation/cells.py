@@ -17,6 +17,12 @@ armature (0.5-2x), the gravity compensation, the latency and the contact stiffne
 starts at its tool-down ready pose 0.2 m above the drawn table
 (core/tasks/kinematics.ready_pose), or where the arm cannot hold the tool down there (a low
 table), 0.2 m above its base.
+
+``drake_share`` (issue 15): that share of the drawn cells runs on Drake (``engine: drake``),
+the rest on MuJoCo, spread evenly over the indices (0.5: every second cell). A Drake cell
+keeps every value the same draw gives a MuJoCo cell (its own random stream draws what only
+Drake has, :data:`DRAKE_PRIOR`) and is named ``<name>_drake``. The engine is hidden truth:
+nothing downstream of the world factory reads it.
 """
 from __future__ import annotations
 
@@ -197,19 +203,56 @@ def draw_wide_cell_data(rng: np.random.Generator, index: int, base: dict | None 
 
 PRIORS = ('physics', 'wide')
 
+# What only Drake has, per drawn Drake cell (core/cell_spec.DrakeSpec): static over dynamic
+# friction (1.0: no stick), the objects' hydroelastic modulus (Pa, log-uniform) and the
+# Hunt-Crossley dissipation (s/m, log-uniform).
+DRAKE_PRIOR = {
+    'static_friction_ratio': (1.0, 1.5),
+    'hydroelastic_modulus': (1.0e6, 2.0e7),
+    'hunt_crossley_dissipation': (1.0, 10.0),
+}
+
+
+def is_drake_index(i: int, share: float) -> bool:
+    """Does drawn cell ``i`` run on Drake when ``share`` of the cells do (evenly spread)?"""
+    return int(np.floor((i + 1) * share + 1e-9)) > int(np.floor(i * share + 1e-9))
+
+
+def as_drake_cell(data: dict, seed: int, index: int) -> dict:
+    """``data`` (a drawn cell) on Drake: ``engine: drake`` and a ``drake:`` section from
+    :data:`DRAKE_PRIOR`, drawn from its own stream (the cell's other values stay as drawn)."""
+    rng = np.random.default_rng([int(seed), int(index), 15])
+    p = DRAKE_PRIOR
+
+    def log_uniform(lo, hi):
+        return float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+    out = copy.deepcopy(data)
+    out['name'] = f'{data["name"]}_drake'
+    out['engine'] = 'drake'
+    out['drake'] = {
+        'static_friction_ratio': round(float(rng.uniform(*p['static_friction_ratio'])), 3),
+        'hydroelastic_modulus': float(f'{log_uniform(*p["hydroelastic_modulus"]):.3g}'),
+        'hunt_crossley_dissipation': round(log_uniform(*p['hunt_crossley_dissipation']), 2),
+    }
+    return out
+
 
 def draw_cells(n: int, seed: int = 0, out_dir: str | Path | None = None,
-               prior: str = 'physics') -> list[CellSpec]:
+               prior: str = 'physics', drake_share: float = 0.0) -> list[CellSpec]:
     """``n`` cells from the prior (``'physics'``: :data:`PRIOR`; ``'wide'``:
-    :data:`WIDE_PRIOR`); with ``out_dir`` each is also written as YAML (the record of what
-    was evaluated)."""
+    :data:`WIDE_PRIOR`), ``drake_share`` of them on Drake (module docstring); with
+    ``out_dir`` each is also written as YAML (the record of what was evaluated)."""
     if prior not in PRIORS:
         raise ValueError(f'prior must be one of {PRIORS}, got {prior!r}')
+    if not 0.0 <= drake_share <= 1.0:
+        raise ValueError(f'drake_share must be within [0, 1], got {drake_share!r}')
     draw = draw_cell_data if prior == 'physics' else draw_wide_cell_data
     rng = np.random.default_rng(seed)
     specs = []
     for i in range(n):
         data = draw(rng, i)
+        if is_drake_index(i, drake_share):
+            data = as_drake_cell(data, seed, i)
         if out_dir is not None:
             path = Path(out_dir) / f'{data["name"]}.yaml'
             path.parent.mkdir(parents=True, exist_ok=True)
