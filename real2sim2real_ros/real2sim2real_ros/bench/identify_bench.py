@@ -28,12 +28,7 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
 
     from ..core.cell_spec import default_cell_spec_path, load_cell_spec
     from ..core.controller_config import cell_controller_config
-    from ..core.evaluation.harness import (
-        HarnessConfig,
-        _twin_name,
-        heldout_verdict,
-        reconstruct_cell,
-    )
+    from ..core.evaluation.harness import HarnessConfig, _twin_name, reconstruct_cell
     from ..core.evaluation.identification import identify_cell
     from ..core.evaluation.object_identification import offsets_in_twin_frame
     from ..core.robot_description import default_cell_urdf, load_robot
@@ -79,7 +74,6 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
             'object_heldout_after_m': ident['object_heldout_error_after'],
             'object_heldout_true_m': ident.get('object_heldout_error_true_parameters'),
             'object_heldout_observable_true_m': ident.get('object_heldout_error_observable_true'),
-            'heldout_criterion': heldout_verdict(ident),
             'tracker_displacement_error_m': ident.get('tracker_displacement_error'),
             'object_parameters': objects,
             'stage_folder': ident['stage_folder']}
@@ -153,13 +147,13 @@ def print_profiles(rows, console=None) -> None:
 
 
 def with_resolution(rows) -> None:
-    """Every harness row's held-out criterion again with the tracker's resolution over all
-    the rows' strikes (core/evaluation/harness.tracker_resolution), as ``r2s2r evaluate``'s
+    """Every harness row's held-out criterion, with the tracker's resolution over all the
+    rows' strikes (core/evaluation/harness.tracker_resolution), as ``r2s2r evaluate``'s
     summary judges it."""
     from ..core.evaluation.harness import heldout_criterion, tracker_resolution
     rows = [r for r in rows if r and r.get('setting') == 'harness']
-    res, n = tracker_resolution([{'tracker_displacement_error': r['tracker_displacement_error_m'],
-                                  'stage_folder': r['stage_folder']} for r in rows])
+    res, n = tracker_resolution([{'tracker_displacement_error': r['tracker_displacement_error_m']}
+                                 for r in rows])
     for r in rows:
         r['tracker_resolution_m'], r['tracker_resolution_strikes'] = res, n
         r['heldout_criterion'] = heldout_criterion(

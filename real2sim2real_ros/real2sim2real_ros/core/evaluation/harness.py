@@ -381,6 +381,7 @@ def summarize(cells: list[dict]) -> dict:
     ok = [c for c in cells if 'error' not in c]
     out: dict = {'cells': len(cells), 'cells_failed': len(cells) - len(ok),
                  'cells_completed': len(ok)}
+    resolution, n_strikes = tracker_resolution([c['identification'] for c in ok])
     if cells:
         # Every cell completes or ends with one documented reason (evaluation/reasons.py).
         reasons: dict[str, int] = {}
@@ -395,7 +396,7 @@ def summarize(cells: list[dict]) -> dict:
             out['cell_wall_s'] = {'mean': float(np.mean(walls)),
                                   'median': float(np.median(walls)),
                                   'max': float(np.max(walls)), 'cells': len(walls)}
-        out['per_cell'] = [_cell_row(c) for c in cells]
+        out['per_cell'] = [_cell_row(c, resolution) for c in cells]
     if not ok:
         return out
     for name in POLICIES:
@@ -477,16 +478,11 @@ def summarize(cells: list[dict]) -> dict:
         out['object_heldout_ratio_true_parameters'] = [
             h.get('object_heldout_error_true_parameters', float('nan')) /
             h['object_heldout_error_before'] for h in held]
-    resolution, n_strikes = tracker_resolution([c['identification'] for c in ok])
     if n_strikes:
         out['object_heldout_resolution_m'] = resolution
         out['object_heldout_resolution_strikes'] = n_strikes
-    crit = []
-    for c in ok:
-        h = c['identification']
-        if h.get('object_heldout_error_before') is None:
-            continue
-        crit.append({'cell': c['name'], **heldout_verdict(h, resolution)})
+    crit = [{'cell': r['cell'], **r['heldout']} for r in out.get('per_cell', [])
+            if 'heldout' in r]
     if crit:
         out['object_heldout_criterion'] = crit
         out['object_heldout_criterion_passed'] = sum(r['pass'] for r in crit)
@@ -503,10 +499,10 @@ def tracker_resolution(identifications) -> tuple[float | None, int]:
     """(the ``HELDOUT_RESOLUTION_QUANTILE`` quantile of the tracker's displacement error over
     every strike of ``identifications`` (their ``tracker_displacement_error``, m; a cell's
     seeds repeat one identification to the last bit, counted once), the number of strikes).
-    A held-out rest
-    error below it cannot be told from a perfect twin's: the twin starts from the tracked
-    pose and is scored on the tracked rest, so a twin that put the object exactly where it
-    went would still miss by the tracker's displacement error, below this 95 times in 100.
+    A held-out rest error below it cannot be told from a perfect twin's: the twin starts from
+    the tracked pose and is scored on the tracked rest, so a twin that put the object exactly
+    where it went would still miss by the tracker's displacement error, below this 95 times
+    in 100.
     (None, 0) without measurements."""
     seen, errs = set(), []
     for h in identifications:
@@ -522,9 +518,10 @@ def tracker_resolution(identifications) -> tuple[float | None, int]:
     return float(np.quantile(errs, HELDOUT_RESOLUTION_QUANTILE)), len(errs)
 
 
-def _cell_row(c: dict) -> dict:
+def _cell_row(c: dict, resolution: float | None = None) -> dict:
     """One cell's line of the summary: outcome, success per policy on the cell and in the
-    identified twin, parameters within 10% (and at the prior), coverage, held-out."""
+    identified twin, parameters within 10% (and at the prior), coverage, held-out (judged
+    with the evaluation's tracker ``resolution``, as the summary's criterion)."""
     row = {'cell': c['name'], 'seed': c.get('seed'), 'completed': 'error' not in c,
            'reason': c.get('reason'), 'wall_s': c.get('wall_s')}
     if 'error' in c:
@@ -545,8 +542,8 @@ def _cell_row(c: dict) -> dict:
         abs(r['prior'] - r['truth']) <= 0.10 * max(abs(r['truth']), 1e-9) for r in rows))
     row['covered'] = int(sum(bool(r.get('covered')) for r in rows))
     ident = c['identification']
-    if ident.get('object_heldout_error_before'):
-        row['heldout'] = heldout_verdict(ident)
+    if ident.get('object_heldout_error_before') is not None:
+        row['heldout'] = heldout_verdict(ident, resolution)
     row['arm_fit_warnings'] = len(ident.get('arm_fit_warnings') or [])
     g = c.get('goals') or {}
     row['goals_adapted'] = bool(g.get('adapted'))

@@ -18,6 +18,7 @@ import numpy as np
 from ..joint_trajectory import JointTrajectoryCommand
 from ..sysid.config import load_identification_config
 from ..sysid.fit import Recording
+from ..sysid.object_probes import footprint_radius
 from ..sysid.probes import effort_limited_multisine, predicted_torques
 from ..sysid.stage import FitSettings
 
@@ -101,14 +102,6 @@ class CellStrikes:
         tracked = track.positions[-frames:, :2].mean(0) - track.positions[:frames, :2].mean(0)
         t0, t1 = self.true_xy[rec.name]
         return float(np.linalg.norm(tracked - (t1 - t0)))
-
-
-def _footprint_radius(obj) -> float:
-    """A reconstructed object's footprint radius (m), as StrikeObject.radius has it: a
-    cylinder's own, anything else's half-diagonal."""
-    if getattr(obj, 'shape', '') == 'cylinder':
-        return 0.5 * float(max(obj.extents[0], obj.extents[1]))
-    return 0.5 * float(np.hypot(obj.extents[0], obj.extents[1]))
 
 
 def fit_settings(cfg) -> FitSettings:
@@ -266,7 +259,8 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
             cell, robot, obj_twin, obj_specs, conf, cfg.object_strikes + 1,  # the last held out
             settings=settings, values=ident.arm_values(conf), timer=timer,
             before_strike=cell.before_strike, scene=scene_path or '',
-            footprints={o.id: (np.asarray(o.position[:2], float), _footprint_radius(o))
+            footprints={o.id: (np.asarray(o.position[:2], float),
+                               footprint_radius(o.shape, o.extents))
                         for o in (recon_objects or []) if o.id != found.id})
     finally:
         obj_twin.close()

@@ -47,7 +47,7 @@ import numpy as np
 from .probes import Probe, ProbeError
 
 __all__ = ['StrikeConfig', 'StrikeInfo', 'StrikeObject', 'StrikePlan', 'TableRegion',
-           'TiltedToolIK', 'plan_strike_probe', 'tip_energy_speed']
+           'TiltedToolIK', 'footprint_radius', 'plan_strike_probe', 'tip_energy_speed']
 
 G = 9.81
 
@@ -145,6 +145,17 @@ class StrikeConfig:
         return cfg
 
 
+def footprint_radius(shape: str, extents) -> float:
+    """The footprint radius (m) of an object with full ``extents`` (cylinder: d, d, h): a
+    cylinder's own radius (the same circle at any yaw; the half-diagonal of its d x d extents
+    overstated it by 41%, and kept strikes from coming down beside it: wide_5's box lost its
+    long-axis strikes to a 47 mm cylinder taken as 67 mm), anything else's half-diagonal (a
+    box may turn while it slides)."""
+    if shape == 'cylinder':
+        return 0.5 * float(max(extents[0], extents[1]))
+    return 0.5 * float(np.hypot(extents[0], extents[1]))
+
+
 @dataclass
 class StrikeObject:
     """An object as the planner sees it: geometry (reconstruction) and pose (tracker)."""
@@ -163,13 +174,8 @@ class StrikeObject:
 
     @property
     def radius(self) -> float:
-        """Footprint radius: a box's half-diagonal (it may turn while it slides), a
-        cylinder's own radius (its footprint is the same circle at any yaw; the half-diagonal
-        of its d x d extents overstated it by 41%, and kept strikes from coming down beside
-        it: wide_5's box lost its long-axis strikes to a 47 mm cylinder taken as 67 mm)."""
-        if self.shape == 'cylinder':
-            return 0.5 * float(max(self.extents[0], self.extents[1]))
-        return 0.5 * float(np.hypot(self.extents[0], self.extents[1]))
+        """Footprint radius (:func:`footprint_radius`)."""
+        return footprint_radius(self.shape, self.extents)
 
     def half_extent_along(self, heading: float) -> float:
         """Half the object's extent along ``heading`` (rad, world) in m."""
