@@ -100,14 +100,18 @@ def test_live_strikes_identify_the_box_friction(live):
     objects = manifest['results']['objects']
     assert objects['heldout_joint_after'] < objects['heldout_joint_before']
     # The stage's profile (core/sysid/stage.py): the probes' motion, the fits, twin builds
-    # (one arm twin, one for the strikes, a fresh one for the final object fit: none per
-    # strike).
+    # (one arm twin, one for the strikes, a fresh one each for the objects' validation fit,
+    # beside the last strike, and their final fit: none per strike). No fit made twice.
     prof = manifest['results']['profile']
     print('identify profile (s): ' + ', '.join(f'{k} {v:.1f}'
                                                 for k, v in prof['seconds'].items()))
     assert {'arm_probes', 'strike_probes', 'arm_fit', 'object_fit', 'twin_builds',
             'report'} <= set(prof['seconds'])
-    assert prof['counts']['twin_builds'] == 3
+    assert prof['counts']['twin_builds'] == 4
+    if len(inputs['strike_bags']) == 3:     # as planned (a third strike may find no room)
+        assert prof['counts']['object_fit_validation'] == 1
+        assert prof['counts']['object_fit_intermediate'] == 1
+        assert 'object_fit_validation_wait' in prof['seconds']
     assert prof['counts']['strike_probes'] == len(inputs['strike_bags'])
     assert (Path(result.parameters.artifact_dir) / 'objects.png').read_bytes()[:4] == \
         b'\x89PNG'
@@ -126,6 +130,12 @@ def test_offline_from_the_recorded_bags_reproduces_the_live_estimates(live):
     assert set(off) == set(live_values)
     for name, v in live_values.items():
         assert off[name].value == pytest.approx(v, rel=1e-6), name
+    # The held-out validation too: made between the strikes live, from the bags offline.
+    live_objects = manifest['results']['objects']
+    off_objects = json.loads((Path(offline.parameters.artifact_dir) /
+                              'manifest.json').read_text())['results']['objects']
+    for k in ('heldout_error_before_m', 'heldout_error_after_m', 'heldout_joint_after'):
+        assert off_objects[k] == pytest.approx(live_objects[k], rel=1e-6), k
 
 
 def test_strike_bag_without_tracked_poses_is_missing_topics(live, robot, tmp_path):

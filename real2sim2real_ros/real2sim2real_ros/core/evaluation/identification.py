@@ -254,16 +254,26 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
     cell = CellStrikes(world, tracker, cfg.object_id, found.id)
     world.reset()
     world.step_for(0.3)
+    # The arm fit in line (the strikes' simulation has no core to spare), when the objects'
+    # validation fit needs its values: before the last strike.
+    arm_fit = ident.ArmFit(ident.arm_twin(robot, conf, conf.specs, settings, timer), conf.specs,
+                           arm_recs, strikes_follow=True, settings=settings, timer=timer,
+                           background=False)
     try:
-        strike_recs = ident.run_strikes(
+        strikes = ident.run_strikes(
             cell, robot, obj_twin, obj_specs, conf, cfg.object_strikes + 1,  # the last held out
             settings=settings, values=ident.arm_values(conf), timer=timer,
+            final_values=lambda: ident.arm_values(conf, conf.specs, arm_fit.result()),
             before_strike=cell.before_strike, scene=scene_path or '',
             footprints={o.id: (np.asarray(o.position[:2], float),
                                footprint_radius(o.shape, o.extents))
                         for o in (recon_objects or []) if o.id != found.id})
+    except BaseException:
+        arm_fit.twin.close()    # fit_and_write closes it otherwise
+        raise
     finally:
         obj_twin.close()
+    strike_recs = strikes.recordings
     # The objects' true values in the twin's names and frame: the held-out floor (scoring).
     names = {s.name.rsplit('/', 1)[-1]: s.name for s in obj_specs}
     with world.truth.scoring():
@@ -274,7 +284,8 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
     out = ident.fit_and_write(
         robot, conf, out_dir, arm_specs=conf.specs, object_specs=obj_specs,
         scene=scene_path or '', arm_recs=arm_recs, strike_recs=strike_recs,
-        settings=settings, reference=reference, timer=timer,
+        settings=settings, reference=reference, timer=timer, arm_fit=arm_fit,
+        validation=strikes.validation,
         inputs={'cell': 'in-process emulated cell', 'live_probes':
                 [p.name for p in probes] + [r.name for r in strike_recs],
                 'scene': scene_path or ''},

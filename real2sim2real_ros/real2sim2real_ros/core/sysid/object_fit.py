@@ -65,7 +65,7 @@ from .object_probes import StrikeInfo, StrikeObject, TableRegion
 __all__ = ['ObjectDataError', 'ObjectFitOptions', 'ObjectFitResult', 'ObjectTrack',
            'StrikeRecording', 'ensure_object_priority', 'final_object_fits', 'identify_objects',
            'object_frame_yaw', 'object_parameter_names', 'offset_identified', 'rest_spread',
-           'strike_objects', 'table_region', 'unobservable_at_prior']
+           'score_heldout', 'strike_objects', 'table_region', 'unobservable_at_prior']
 
 G = 9.81
 BOUND_TOLERANCE = 0.01   # an estimate this near a bound (1% of it, or of the width) is pinned
@@ -794,29 +794,14 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
         raise ValueError(f"scores {scores!r}: expected 'all', 'heldout' or 'none'")
     options = options or ObjectFitOptions()
     heldout = heldout or []
-    twin.validate_names([s.name for s in specs])
-    by_object: dict[str, list[ParameterSpec]] = {}
-    for s in specs:
-        kind, rest = s.name.split('/', 1)
-        oid, fld = rest.rsplit('/', 1)
-        if (kind, fld) not in (('geom', 'friction'), ('body', 'mass'),
-                               ('body', 'com_offset_x'), ('body', 'com_offset_y')):
-            raise ValueError(f'{s.name}: object identification fits geom/<id>/friction, '
-                             f'body/<id>/mass and body/<id>/com_offset_x|y only')
-        if fld.startswith('com_offset') and not s.lower < s.prior < s.upper:
-            raise ValueError(f'{s.name}: the bounds of a centre of mass offset must hold its '
-                             f'prior strictly inside ({s.lower}, {s.prior}, {s.upper})')
-        oid = oid.split('/')[-1]
-        if oid not in twin.object_ids:
-            raise ValueError(f'{s.name}: {oid!r} is not a free object of the twin '
-                             f'({twin.object_ids})')
-        by_object.setdefault(oid, []).append(s)
-    mu_lo = {oid: next((s.lower for s in ss if s.name.endswith('/friction')), 0.2)
-             for oid, ss in by_object.items()}
+    by_object = _by_object(twin, specs)
+    mu_lo = _lowest_friction(by_object)
     dropped: dict[str, str] = {}
     segs = [seg for r in recordings for seg in _segments(r, options, mu_lo, dropped)]
     held_segs = [seg for r in heldout for seg in _segments(r, options, mu_lo, dropped)]
-    sigma_track, _ = (_estimate_tracker_noise(segs + held_segs, options.tracker_noise)
+    # The tracker's noise from the fitted strikes' rest frames only: a validation fit sees
+    # nothing of its held-out strikes (score_heldout scores them later, the same).
+    sigma_track, _ = (_estimate_tracker_noise(segs, options.tracker_noise)
                       if options.estimate_tracker_noise else (options.tracker_noise, 0))
     priors = {s.name: s.prior for s in specs}
     result_set = ParameterSet()
@@ -866,23 +851,36 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
             '; '.join(dropped.values()) if dropped else 'the recordings hold no strikes'))
     fitted_all = result_set.values()
     twin.set_parameters(fitted_all)
-    # Scores and report data.
+    shown = [(s, False) for s in segs if s.object_id in by_object and scores == 'all'] + \
+        [(s, True) for s in held_segs if s.object_id in by_object and scores != 'none']
+    scored = _score(twin, shown, priors, fitted_all, arm_priors, reference, nthread)
+    return ObjectFitResult(result_set, _rms(rb), _rms(ra), wall_time=time.perf_counter() - t0,
+                           n_rollouts=n_rollouts + scored.pop('n_rollouts'), dropped=dropped,
+                           unstruck=unstruck, tracker_noise=sigma_track,
+                           per_object=per_object, cpu_time=time.process_time() - cpu0,
+                           **scored)
+
+
+def _rms(v) -> float:
+    v = np.concatenate([np.atleast_1d(x) for x in v]) if v else np.zeros(0)
+    return float(np.sqrt(np.mean(v * v))) if v.size else float('nan')
+
+
+def _score(twin: Twin, shown, priors: dict, fitted: dict, arm_priors, reference, nthread):
+    """Replay the strikes ``shown`` ([(segment, held out)]) at the priors and at ``fitted``
+    (a held-out one also at ``reference`` and its observable part): the report's paths and
+    the held-out figures, as ObjectFitResult fields (plus 'n_rollouts')."""
     strikes, held_b, held_a, held_r, held_o = [], [], [], [], []
     jb, ja, ab, aa = [], [], [], []
-    before_vals = dict(priors)
-    after_vals = dict(fitted_all)
-    observable = None
+    observable, n_rollouts = None, 0
     if reference:
         twin.validate_names(list(reference))
         observable = unobservable_at_prior(twin, reference, priors)
-    shown = [(s, False) for s in segs if s.object_id in by_object and scores == 'all'] + \
-        [(s, True) for s in held_segs if s.object_id in by_object and scores != 'none']
     for seg, is_held in shown:
-        pre = {**(arm_priors or {}), **before_vals} if is_held else before_vals
-        samples = [pre, after_vals] + ([{**after_vals, **reference}]
-                                       if is_held and reference else [])
+        pre = {**(arm_priors or {}), **priors} if is_held else priors
+        samples = [pre, fitted] + ([{**fitted, **reference}] if is_held and reference else [])
         if is_held and observable is not None and observable != reference:
-            samples.append({**after_vals, **observable})
+            samples.append({**fitted, **observable})
         xyz, q = _simulate(twin, seg, samples, nthread)
         xy = xyz[..., :2]
         n_rollouts += len(samples)
@@ -901,15 +899,64 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
             aa.append(float(d_a @ seg.u))
             jb.append((q[0] - seg.joint_q).ravel())
             ja.append((q[1] - seg.joint_q).ravel())
+    return {'heldout_error_before': _rms(held_b), 'heldout_error_after': _rms(held_a),
+            'heldout_joint_before': _rms(jb), 'heldout_joint_after': _rms(ja),
+            'heldout_along_before': _rms(ab), 'heldout_along_after': _rms(aa),
+            'heldout_error_reference': _rms(held_r), 'heldout_error_observable': _rms(held_o),
+            'strikes': strikes, 'n_rollouts': n_rollouts}
 
-    def rms(v):
-        v = np.concatenate([np.atleast_1d(x) for x in v]) if v else np.zeros(0)
-        return float(np.sqrt(np.mean(v * v))) if v.size else float('nan')
 
-    return ObjectFitResult(result_set, rms(rb), rms(ra), rms(held_b), rms(held_a),
-                           rms(jb), rms(ja), rms(ab), rms(aa), time.perf_counter() - t0,
-                           n_rollouts, dropped, unstruck, sigma_track, strikes, per_object,
-                           rms(held_r), time.process_time() - cpu0, rms(held_o))
+def _by_object(twin: Twin, specs: list[ParameterSpec]) -> dict[str, list[ParameterSpec]]:
+    """{object id: its specs}; ValueError for a parameter the object fit does not fit."""
+    twin.validate_names([s.name for s in specs])
+    by_object: dict[str, list[ParameterSpec]] = {}
+    for s in specs:
+        kind, rest = s.name.split('/', 1)
+        oid, fld = rest.rsplit('/', 1)
+        if (kind, fld) not in (('geom', 'friction'), ('body', 'mass'),
+                               ('body', 'com_offset_x'), ('body', 'com_offset_y')):
+            raise ValueError(f'{s.name}: object identification fits geom/<id>/friction, '
+                             f'body/<id>/mass and body/<id>/com_offset_x|y only')
+        if fld.startswith('com_offset') and not s.lower < s.prior < s.upper:
+            raise ValueError(f'{s.name}: the bounds of a centre of mass offset must hold its '
+                             f'prior strictly inside ({s.lower}, {s.prior}, {s.upper})')
+        oid = oid.split('/')[-1]
+        if oid not in twin.object_ids:
+            raise ValueError(f'{s.name}: {oid!r} is not a free object of the twin '
+                             f'({twin.object_ids})')
+        by_object.setdefault(oid, []).append(s)
+    return by_object
+
+
+def _lowest_friction(by_object: dict) -> dict:
+    return {oid: next((s.lower for s in ss if s.name.endswith('/friction')), 0.2)
+            for oid, ss in by_object.items()}
+
+
+def score_heldout(twin: Twin, specs: list[ParameterSpec], fit: ObjectFitResult,
+                  heldout: list[StrikeRecording], *, options: ObjectFitOptions | None = None,
+                  nthread: int = 1, arm_priors: dict | None = None,
+                  reference: dict | None = None) -> ObjectFitResult:
+    """``fit`` (made without ``heldout``) scored on the strikes ``heldout``: a copy with its
+    held-out figures (rest position error at the priors and at the estimates, along the path,
+    the joints; at ``reference`` too when given) and the held-out paths added to its strikes.
+    The twin holds the arm's values, as in the fit."""
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    options = options or ObjectFitOptions()
+    by_object = _by_object(twin, specs)
+    dropped = dict(fit.dropped)
+    held_segs = [seg for r in heldout
+                 for seg in _segments(r, options, _lowest_friction(by_object), dropped)]
+    fitted = fit.parameters.values()
+    twin.set_parameters(fitted)
+    scored = _score(twin, [(s, True) for s in held_segs if s.object_id in by_object],
+                    {s.name: s.prior for s in specs}, fitted, arm_priors, reference, nthread)
+    strikes = list(fit.strikes) + scored.pop('strikes')
+    n = scored.pop('n_rollouts')
+    return replace(fit, **scored, strikes=strikes, dropped=dropped,
+                   n_rollouts=fit.n_rollouts + n,
+                   wall_time=fit.wall_time + time.perf_counter() - t0,
+                   cpu_time=fit.cpu_time + time.process_time() - cpu0)
 
 
 def rest_spread(twin: Twin, recording: StrikeRecording, values: dict, *,
@@ -942,20 +989,25 @@ def rest_spread(twin: Twin, recording: StrikeRecording, values: dict, *,
 def final_object_fits(twin: Twin, specs: list[ParameterSpec], recordings: list[StrikeRecording],
                       *, options: ObjectFitOptions | None = None, nthread: int = 1,
                       arm_priors: dict | None = None, reference: dict | None = None,
-                      progress=None):
+                      progress=None, validation: ObjectFitResult | None = None):
     """The estimates reported, and their validation: (fit on every strike probe, fit without
     the last probe scored on it). With one probe: (fit, None).
 
     The held-out figures of the returned fit are the validation's (the last probe was not in
     the validation fit); the estimates use every strike (a strike is too precious to leave
     out of the final numbers: one probe execution per strike of each object). The twin keeps
-    the final estimates."""
-    validation = None
+    the final estimates. ``validation``: that fit without the last probe, already made (by
+    core/sysid/stage.run_strikes between the last two strikes, on a twin like this one); it
+    is scored here, not made again."""
     if len(recordings) > 1:
-        validation = identify_objects(twin, specs, recordings[:-1], heldout=recordings[-1:],
-                                      options=options, nthread=nthread, arm_priors=arm_priors,
-                                      reference=reference, progress=progress,
-                                      scores='heldout')
+        if validation is None:
+            validation = identify_objects(twin, specs, recordings[:-1], options=options,
+                                          nthread=nthread, progress=progress, scores='none')
+        validation = score_heldout(twin, specs, validation, recordings[-1:], options=options,
+                                   nthread=nthread, arm_priors=arm_priors,
+                                   reference=reference)
+    else:
+        validation = None
     fit = identify_objects(twin, specs, recordings, options=options, nthread=nthread,
                            arm_priors=arm_priors, progress=progress)
     if validation is not None:

@@ -9,16 +9,21 @@ the evaluation harness (probes on an in-process emulated cell) and offline bags:
 * :func:`run_strikes`: strike probes on a :class:`StrikeCell` (what executes a strike and
   reports tracked poses: the node's executor + tracker topic, the harness's emulated cell +
   depth tracker), each planned from the tracked poses and the object fit of the strikes
-  before it;
+  before it. The fit on every strike but the last is made on a fresh twin with the arm's
+  final values (the arm fit's): it is the final fit's held-out validation
+  (:class:`Validation`), made once, on a thread beside the last strike's motion (the node;
+  the harness makes it in line), so the last strike is planned from the fit before it;
 * :class:`ArmFit`: the arm fit (core/sysid/fit.identify) on a thread of its own, started
   as soon as the arm probes are recorded, so it runs while the strikes move the arm (it
   needs nothing the strikes give: with strikes to come, the arm is scored on them later);
 * :func:`fit_and_write`: the arm fit (an :class:`ArmFit` started earlier, or run here) and
   the objects' fit on a fresh scene twin with the arm's estimates
-  (core/sysid/object_fit.final_object_fits), then ``<run_dir>/identify_NNN/``
+  (core/sysid/object_fit.final_object_fits; the validation from the strikes, scored on the
+  last one, or made here from bags), then ``<run_dir>/identify_NNN/``
   (parameters.yaml, report.png, objects.png, manifest.json with the per-sub-stage wall
-  times: probes, arm fit, object fits, twin builds, report; ``arm_fit`` is the fit's own
-  wall time, ``arm_fit_wait`` what the stage waited for it after the strikes).
+  times: probes, arm fit, object fits, twin builds, report; ``arm_fit`` and
+  ``object_fit_validation`` are the fits' own wall times, ``arm_fit_wait`` and
+  ``object_fit_validation_wait`` what the stage waited for them after the strikes).
 
 The servo gains are the identification config's ``known`` values: the lab's controller
 configuration (core/controller_config.py), never read from a cell.
@@ -26,6 +31,7 @@ configuration (core/controller_config.py), never read from a cell.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -41,9 +47,9 @@ from .bags import MissingTopicsError
 STAGE = 'identify'
 
 __all__ = ['ArmFit', 'ArmFitCancelled', 'FitSettings', 'ProbeExecutionError', 'StageOutput',
-           'StageTimer', 'StrikeCell', 'arm_probes', 'arm_twin', 'arm_values', 'cancel_on_error',
-           'fit_and_write', 'mean_tracked_poses', 'object_setup', 'probe_counts', 'run_strikes',
-           'split_offline_bags']
+           'StageTimer', 'StrikeCell', 'Strikes', 'Validation', 'arm_probes', 'arm_twin',
+           'arm_values', 'cancel_on_error', 'fit_and_write', 'mean_tracked_poses',
+           'object_setup', 'probe_counts', 'run_strikes', 'split_offline_bags', 'validation_fit']
 
 
 class ProbeExecutionError(RuntimeError):
@@ -159,9 +165,8 @@ class ArmFit:
 
     def _run(self, lower_priority: bool = False) -> None:
         from .fit import identify
-        if lower_priority and hasattr(os, 'setpriority'):
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.NICE)
+        if lower_priority:
+            _lower_priority()
         try:
             with self.timer('arm_fit'):
                 s = self.settings
@@ -268,17 +273,41 @@ class StrikeCell(Protocol):
         """Execute ``plan.probe``; the StrikeRecording (joint states + tracked poses)."""
 
 
+@dataclass
+class Validation:
+    """The objects' fit on every strike but the last (not yet scored on it): what
+    :func:`fit_and_write` reports as the held-out validation. Made once, between the last two
+    strikes (its friction plans the last strike), on a fresh twin with the arm's final
+    values: the twin :func:`fit_objects` would make it on."""
+    fit: object                    # core/sysid/object_fit.ObjectFitResult (scores='none')
+    recordings: tuple              # the names of the strike recordings it was fitted on
+    values: dict                   # the arm's values in its twin
+
+
+@dataclass
+class Strikes:
+    """:func:`run_strikes`' result."""
+    recordings: list               # StrikeRecordings, in order
+    validation: Validation | None = None
+
+
 def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                 settings: FitSettings, values: dict, progress=None, log=None,
                 timer: StageTimer | None = None, before_strike=None, scene: str = '',
-                footprints: dict | None = None) -> list:
+                footprints: dict | None = None, final_values=None,
+                beside: bool = False) -> Strikes:
     """``n`` strike probes on ``cell`` (each strikes every object of ``specs`` once), planned
     from the tracked poses; the friction range of each plan from the fit of the strikes
     before it. Every other object of the scene is kept clear of: a box or cylinder as tracked
     now, one not tracked (an irregular object) by ``footprints`` ({id: (xy, radius)}, e.g.
-    the reconstruction's). Returns the StrikeRecordings. MissingTopicsError (no object tracked),
-    ProbeExecutionError (an object lost or off the table, no strike possible),
-    InvalidBoundsError (unusable strike / fit options)."""
+    the reconstruction's). ``values``: the arm's values in ``twin``; ``final_values()``: the
+    arm's final values (it may wait for the arm fit): given, the fit on every strike but the
+    last is the final fit's :class:`Validation` (else fit_and_write makes it), made on a
+    thread beside the last strike (``beside``; else after it, in line) and not used to plan
+    it: the last strike is planned from the fit before. Returns
+    :class:`Strikes`. MissingTopicsError (no object tracked), ProbeExecutionError (an object
+    lost or off the table, no strike possible), InvalidBoundsError (unusable strike / fit
+    options)."""
     from .object_fit import ObjectFitOptions, identify_objects, strike_objects, table_region
     from .object_probes import StrikeConfig, plan_strike_probe
     from .probes import ProbeError
@@ -297,7 +326,7 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             priors[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
     friction = dict(priors)
     _set_known(twin, values)
-    recs, previous, seen = [], {}, {}
+    recs, previous, seen, validation = [], {}, {}, None
     for r in range(n):
         if progress is not None:
             progress(f'strike {r + 1}/{n}', 0.5 + 0.3 * r / max(n, 1))
@@ -344,7 +373,13 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             recs.append(cell.strike(plan, r, info))
         for s in plan.strikes:
             previous.setdefault(s.object_id, []).append(s.heading)
-        if r < n - 1:
+        if r == n - 2 and final_values is not None:
+            # The validation: on a thread beside the last strike (planned from the fit
+            # before it), or after it in line; the same numbers either way.
+            validation = _Beside(functools.partial(
+                _validation, robot, scene, specs, config, list(recs), settings, final_values,
+                timer, log), background=beside)
+        elif r < n - 1:
             if progress is not None:
                 progress(f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
             with timer('object_fit_intermediate'):
@@ -361,36 +396,132 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                     lo, _, hi = priors[oid]
                     friction[oid] = ((e.lower_95, e.value, e.upper_95) if e.identified
                                      else (lo, e.value, hi))
-    return recs
+    if validation is not None:
+        if progress is not None:
+            progress('fit objects (validation)', 0.8)
+        with timer('object_fit_validation_wait') if beside else contextlib.nullcontext():
+            validation = validation.result()
+        # Struck fewer times than planned (no strike left to plan): not the last but one.
+        if validation is not None and len(recs) != len(validation.recordings) + 1:
+            validation = None
+    return Strikes(recs, validation)
 
 
-def fit_objects(robot, scene: str, specs, config, recs, *, settings: FitSettings,
-                values: dict, arm_priors=None, reference=None, timer=None, progress=None):
-    """The objects' final fit (and its held-out validation) on a fresh twin of the scene:
-    live and offline fits then start from the same state (a twin that ran the intermediate
-    fits differs in its last bits, which contact outcomes amplify)."""
-    from .object_fit import ObjectFitOptions, ensure_object_priority, final_object_fits
-    timer = timer or StageTimer()
-    if not recs:
-        raise MissingTopicsError('object parameters declared but no strike probe recordings '
-                                 '(tracked object poses and a strike plan) among the inputs')
+def _validation(robot, scene, specs, config, recs, settings, final_values, timer, log):
+    """The :class:`Validation` fit on ``recs`` with the arm's ``final_values()``; None
+    (logged) when none of its strikes is usable."""
+    values = final_values()
+    with timer('object_fit_validation'):
+        try:
+            fit = validation_fit(robot, scene, specs, config, recs, settings=settings,
+                                 values=values, timer=timer)
+        except ValueError as exc:
+            log(f'validation object fit: {exc}')
+            return None
+    return Validation(fit, tuple(x.name for x in recs), values)
+
+
+class _Beside:
+    """``fn()`` on a thread of its own at a lower priority (:data:`ArmFit.NICE`), or, with
+    ``background=False``, in line when :meth:`result` is asked for."""
+
+    def __init__(self, fn, *, background: bool):
+        self._fn, self._value, self._error, self._thread = fn, None, None, None
+        if background:
+            self._thread = threading.Thread(target=self._run, args=(True,),
+                                            name='beside', daemon=True)
+            self._thread.start()
+
+    def _run(self, lower_priority: bool = False) -> None:
+        if lower_priority:
+            _lower_priority()
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+            self._error = exc
+
+    def result(self):
+        """What ``fn`` returned (waits for it; raises what it raised)."""
+        if self._thread is None:
+            self._run()
+        else:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _lower_priority() -> None:
+    """This thread (and the MuJoCo rollout workers it starts) at nice +ArmFit.NICE, where
+    the OS allows it: the probes' own motion (a real-time cell, its camera) comes first."""
+    if hasattr(os, 'setpriority'):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ArmFit.NICE)
+
+
+def _object_options(config):
+    from .object_fit import ObjectFitOptions
     try:
-        options = ObjectFitOptions.from_dict(config.object_fit)
+        return ObjectFitOptions.from_dict(config.object_fit)
     except (TypeError, ValueError) as exc:
         raise InvalidBoundsError(f'object fit options: {exc}') from None
+
+
+@contextlib.contextmanager
+def _object_twin(robot, scene: str, settings: FitSettings, values: dict, timer):
+    """A fresh twin of the scene with the arm's ``values``: live and offline fits start from
+    the same state (a twin that ran other fits differs in its last bits, which contact
+    outcomes amplify). Closed on exit."""
+    from .object_fit import ensure_object_priority
     twin = _twin(robot, timer, scene=scene, timestep=settings.timestep)
     try:
         ensure_object_priority(twin)
         _set_known(twin, values)
-        with timer('object_fit'):
-            try:
-                ofit, _ = final_object_fits(twin, specs, recs, options=options,
-                                            nthread=settings.nthread, arm_priors=arm_priors,
-                                            reference=reference, progress=progress)
-            except ValueError as exc:
-                raise MissingTopicsError(str(exc)) from None
+        yield twin
     finally:
         twin.close()
+
+
+def validation_fit(robot, scene: str, specs, config, recs, *, settings: FitSettings,
+                   values: dict, timer=None):
+    """The objects' fit on ``recs`` (every strike but the held-out last) on a fresh twin
+    with the arm's final ``values``, unscored (object_fit.identify_objects, scores='none')."""
+    from .object_fit import identify_objects
+    with _object_twin(robot, scene, settings, values, timer) as twin:
+        return identify_objects(twin, specs, recs, options=_object_options(config),
+                                nthread=settings.nthread, scores='none')
+
+
+def fit_objects(robot, scene: str, specs, config, recs, *, settings: FitSettings,
+                values: dict, arm_priors=None, reference=None, timer=None, progress=None,
+                validation: Validation | None = None):
+    """The objects' final fit and its held-out validation, each on a fresh twin of the scene
+    with the arm's ``values``. ``validation``: made during the strikes (:func:`run_strikes`);
+    used when it was fitted on these recordings but the last with these values, else made
+    here."""
+    from .object_fit import final_object_fits
+    timer = timer or StageTimer()
+    if not recs:
+        raise MissingTopicsError('object parameters declared but no strike probe recordings '
+                                 '(tracked object poses and a strike plan) among the inputs')
+    options = _object_options(config)
+    made = None
+    if validation is not None and validation.recordings == tuple(
+            r.name for r in recs[:-1]) and validation.values == values:
+        made = validation.fit
+    try:
+        if made is None and len(recs) > 1:
+            with timer('object_fit_validation'):
+                made = validation_fit(robot, scene, specs, config, recs[:-1],
+                                      settings=settings, values=values, timer=timer)
+        with _object_twin(robot, scene, settings, values, timer) as twin, \
+                timer('object_fit'):
+            ofit, _ = final_object_fits(twin, specs, recs, options=options,
+                                        nthread=settings.nthread, arm_priors=arm_priors,
+                                        reference=reference, progress=progress,
+                                        validation=made)
+    except ValueError as exc:
+        raise MissingTopicsError(str(exc)) from None
     return ofit
 
 
@@ -413,12 +544,14 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
                   inputs: dict | None = None, parameters: dict | None = None,
                   last_arm_values: dict | None = None, reference: dict | None = None,
                   timer: StageTimer | None = None, progress=None, log=None,
-                  twin=None, arm_fit: ArmFit | None = None) -> StageOutput:
+                  twin=None, arm_fit: ArmFit | None = None,
+                  validation: Validation | None = None) -> StageOutput:
     """Fit the arm on ``arm_recs`` (the last held out unless strikes score it), the objects
     on ``strike_recs``; write ``run_dir/identify_NNN``. ``reference``: the objects' true
     values (an evaluator's, for the held-out floor only). ``progress(stage, fraction,
     residual)``. ``twin``: the arm's (:func:`arm_twin`, built here when None); closed here.
-    ``arm_fit``: an :class:`ArmFit` already running on ``arm_recs`` (its twin is ``twin``)."""
+    ``arm_fit``: an :class:`ArmFit` already running on ``arm_recs`` (its twin is ``twin``).
+    ``validation``: the objects' validation fit made during the strikes (:class:`Strikes`)."""
     from .report import write_object_report, write_report
     settings = settings or FitSettings()
     timer = timer or StageTimer()
@@ -451,7 +584,7 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
             arm_priors = {s.name: s.prior for s in arm_specs} if fit is not None else None
             ofit = fit_objects(robot, scene, object_specs, config, list(strike_recs),
                                settings=settings, values=values, arm_priors=arm_priors,
-                               reference=reference, timer=timer)
+                               reference=reference, timer=timer, validation=validation)
             for key, why in ofit.dropped.items():
                 log(f'strike {key} not used: {why}')
         say('report', 0.95, fit.residual_after if fit else ofit.residual_after)

@@ -222,13 +222,13 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         twin = ident.arm_twin(robot, config, specs, settings, timer)
         with self._lock:
             last = dict(self._arm_values)
-        arm_fit = None
+        live = {}
         if bags:
             probes = []
             arm_bags, strike_bags, specs = ident.split_offline_bags(
                 bags, strike_given, specs, obj_specs, bool(goal.parameter_names))
         else:
-            probes, arm_bags, strike_bags, arm_fit = self._live_probes(
+            probes, arm_bags, strike_bags, live = self._live_probes(
                 goal_handle, robot, config, specs, obj_specs, obj_twin, twin,
                 settings=settings, last=last, timer=timer, scene_path=scene_path)
         if obj_twin is not None:
@@ -236,7 +236,7 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         out = self._fit_and_write(
             goal_handle, robot, config, specs, obj_specs, arm_bags, strike_bags,
             settings=settings, last=last, timer=timer, twin=twin, scene_path=scene_path,
-            inputs={'live_probes': probes, 'object_note': object_note}, arm_fit=arm_fit)
+            inputs={'live_probes': probes, 'object_note': object_note}, **live)
         self._report(goal_handle, result, out)
 
     def _what_to_identify(self, robot, config, scene_path, goal, strike_given, timer):
@@ -259,8 +259,9 @@ class SystemIdentificationNode(ExecutorProbes, Node):
 
     def _live_probes(self, goal_handle, robot, config, specs, obj_specs, obj_twin, twin, *,
                      settings, last, timer, scene_path):
-        """(probe names, arm bags, strike bags, the arm fit): the arm probes, then the
-        strike probes while the arm fit (core/sysid/stage.ArmFit) runs beside them."""
+        """(probe names, arm bags, strike bags, {'arm_fit', 'validation'}): the arm probes,
+        then the strike probes while the arm fit (core/sysid/stage.ArmFit) runs beside them;
+        the objects' validation fit waits for it before the last strike."""
         from ...core.sysid import stage as ident
         goal = goal_handle.request
         n_arm, n_strike = ident.probe_counts(
@@ -284,17 +285,21 @@ class SystemIdentificationNode(ExecutorProbes, Node):
                                        self._arm_recordings(robot, arm_bags, timer),
                                        strikes_follow=True, settings=settings, timer=timer)
             if not strikes:
-                return probes, arm_bags, strike_bags, arm_fit
+                return probes, arm_bags, strike_bags, {'arm_fit': arm_fit}
             cell = ExecutorStrikeCell(self, goal_handle, robot)
             with ident.cancel_on_error(arm_fit):
-                ident.run_strikes(
+                done = ident.run_strikes(
                     cell, robot, obj_twin, obj_specs, config, n_strike, settings=settings,
                     values=ident.arm_values(config, specs, None, last),
+                    final_values=lambda: ident.arm_values(
+                        config, specs, arm_fit.result() if arm_fit else None, last),
+                    beside=True,
                     progress=lambda st, p: self._feedback(goal_handle, st, p),
                     log=self.get_logger().warning, timer=timer, scene=scene_path or '')
             strike_bags = cell.bags
             probes += [Path(b).parent.name for b in strike_bags]
-        return probes, arm_bags, strike_bags, arm_fit
+        return probes, arm_bags, strike_bags, {'arm_fit': arm_fit, 'strike_recs': done.recordings,
+                                               'validation': done.validation}
 
     @staticmethod
     def _arm_recordings(robot, arm_bags, timer):
@@ -305,9 +310,11 @@ class SystemIdentificationNode(ExecutorProbes, Node):
 
     def _fit_and_write(self, goal_handle, robot, config, specs, obj_specs, arm_bags,
                        strike_bags, *, settings, last, timer, twin, scene_path, inputs,
-                       arm_fit=None):
+                       arm_fit=None, validation=None, strike_recs=None):
         """core/sysid/stage.fit_and_write on the bags' recordings (the identify_<n> folder);
-        ``arm_fit``: the live arm fit already running on the arm bags."""
+        ``arm_fit``: the live arm fit already running on the arm bags; ``validation``: the
+        objects' validation fit made during the strikes; ``strike_recs``: the strike bags as
+        read when recorded."""
         from ...core.sysid import stage as ident
         from ...core.sysid.bags import strike_recording_from_bag
         run_dir = goal_handle.request.run_dir or self.p.run_dir
@@ -318,13 +325,15 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         recs = ((arm_fit.fit_recs + arm_fit.heldout) if arm_fit is not None else
                 self._arm_recordings(robot, arm_bags, timer) if specs else [])
         with timer('read_bags'):
-            srecs = [strike_recording_from_bag(b, robot.joint_names, name=f'strike_{i}')
-                     for i, b in enumerate(strike_bags)] if obj_specs else []
+            srecs = [] if not obj_specs else strike_recs if strike_recs is not None else [
+                strike_recording_from_bag(b, robot.joint_names, name=f'strike_{i}')
+                for i, b in enumerate(strike_bags)]
         arm_heldout = bool(specs) and len(recs) > 1 and not (obj_specs and strike_bags)
         return ident.fit_and_write(
             robot, config, run_dir, arm_specs=specs, object_specs=obj_specs,
             scene=scene_path or '', arm_recs=recs, strike_recs=srecs, settings=settings,
             last_arm_values=last, timer=timer, twin=twin, arm_fit=arm_fit,
+            validation=validation,
             inputs={'bag_paths': [str(b) for b in arm_bags + strike_bags],
                     'live_probes': inputs['live_probes'],
                     'arm_bags': [str(b) for b in arm_bags],
