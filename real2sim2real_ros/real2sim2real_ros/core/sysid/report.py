@@ -5,22 +5,31 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ['write_object_report', 'write_report']
+__all__ = ['render_report', 'write_object_report', 'write_report']
 
 
 def write_report(path, twin, fit, recording, priors: dict[str, float],
                  truth: dict[str, float] | None = None, max_joints: int = 6) -> Path:
-    """Write a PNG: per joint, recorded vs simulated (prior, fitted) tracking error, plus a
-    panel of estimates with 95% intervals (relative to the prior; truth when given).
+    """Write :func:`render_report`'s PNG to ``path`` (atomically); returns the path."""
+    from ..artifacts import atomic_write_bytes
+    return atomic_write_bytes(path, render_report(twin, fit, recording, priors, truth,
+                                                  max_joints))
+
+
+def render_report(twin, fit, recording, priors: dict[str, float],
+                  truth: dict[str, float] | None = None, max_joints: int = 6) -> bytes:
+    """A PNG (bytes): per joint, recorded vs simulated (prior, fitted) tracking error, plus
+    a panel of estimates with 95% intervals (relative to the prior; truth when given).
 
     ``twin`` must hold the fitted values (identify() leaves them set); ``priors`` are the
-    values before identification. Returns the path.
+    values before identification.
     """
+    import io
+
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    path = Path(path)
     fitted = {e.name: e.value for e in fit.parameters}
     rec = recording
 
@@ -62,10 +71,10 @@ def write_report(path, twin, fit, recording, priors: dict[str, float],
     ax.set_ylabel('estimate / ' + ('truth' if truth else 'prior'), fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png', dpi=90)
     plt.close(fig)
-    return path
+    return buf.getvalue()
 
 
 def write_object_report(path, fit, max_strikes: int = 8) -> Path:

@@ -136,7 +136,9 @@ class ArmFit:
     the OS allows it) than the thread that drives the strikes, and its MuJoCo rollout
     workers inherit that. ``background=False`` runs the fit in :meth:`result` instead (the
     same code path, for callers that have nothing to overlap it with); ``progress(stage,
-    fraction, residual)`` is called from the fitting thread."""
+    fraction, residual)`` is called from the fitting thread. The same thread renders the
+    arm's report (:attr:`report`, PNG bytes of core/sysid/report.render_report on
+    :attr:`shown`; the stage's ``arm_report``), so the stage only writes it."""
 
     NICE = 5
 
@@ -154,7 +156,7 @@ class ArmFit:
         self.fit_recs, self.heldout = recs, []
         if len(recs) > 1 and not strikes_follow:
             self.fit_recs, self.heldout = recs[:-1], recs[-1:]
-        self.fit, self._progress = None, progress
+        self.fit, self._progress, self.report = None, progress, b''
         self._cancel = threading.Event()
         self._error: BaseException | None = None
         self._thread, self._done = None, False
@@ -163,8 +165,14 @@ class ArmFit:
                                             name='arm_fit', daemon=True)
             self._thread.start()
 
+    @property
+    def shown(self):
+        """The recording the report shows: the held-out probe, else the last fitted."""
+        return (self.heldout or self.fit_recs)[-1]
+
     def _run(self, lower_priority: bool = False) -> None:
         from .fit import identify
+        from .report import render_report
         if lower_priority:
             _lower_priority()
         try:
@@ -174,6 +182,9 @@ class ArmFit:
                                     heldout=self.heldout, nthread=s.nthread,
                                     max_iter=s.max_iter, restarts=s.restarts, method=s.method,
                                     progress=self._checkpoint)
+            with self.timer('arm_report'):
+                self.report = render_report(self.twin, self.fit, self.shown,
+                                            {p.name: p.prior for p in self.specs})
         except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
             self._error = exc
         finally:
@@ -552,13 +563,13 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
     residual)``. ``twin``: the arm's (:func:`arm_twin`, built here when None); closed here.
     ``arm_fit``: an :class:`ArmFit` already running on ``arm_recs`` (its twin is ``twin``).
     ``validation``: the objects' validation fit made during the strikes (:class:`Strikes`)."""
-    from .report import write_object_report, write_report
+    from .report import write_object_report
     settings = settings or FitSettings()
     timer = timer or StageTimer()
     log = log or (lambda _m: None)
     say = progress or (lambda *_a: None)
     t0 = time.perf_counter()
-    fit, heldout, fit_recs = None, [], list(arm_recs)
+    fit, heldout = None, []
     if arm_fit is not None:
         twin = arm_fit.twin
     try:
@@ -574,7 +585,7 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
                                  progress=lambda _s, p, r: say('fit', p, r))
             say('fit', 0.0, float('nan'))
             fit = arm_fit.result()
-            fit_recs, heldout = arm_fit.fit_recs, arm_fit.heldout
+            heldout = arm_fit.heldout
             for w in fit.warnings:   # degenerate / contaminated fit: never silently used
                 log(f'arm fit ({fit.method}): {w}')
         ofit = None
@@ -588,9 +599,9 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
             for key, why in ofit.dropped.items():
                 log(f'strike {key} not used: {why}')
         say('report', 0.95, fit.residual_after if fit else ofit.residual_after)
-        out = _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, twin,
-                     heldout or fit_recs, settings, inputs, parameters, timer, t0,
-                     write_report, write_object_report)
+        out = _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit,
+                     arm_fit.report if arm_fit is not None else b'', settings, inputs,
+                     parameters, timer, t0, write_object_report)
     finally:
         if twin is not None:
             twin.close()
@@ -598,9 +609,9 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
     return out
 
 
-def _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, twin, shown, settings,
-           inputs, parameters, timer, t0, write_report, write_object_report) -> StageOutput:
-    from ..artifacts import RunDirectory
+def _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, arm_report: bytes,
+           settings, inputs, parameters, timer, t0, write_object_report) -> StageOutput:
+    from ..artifacts import RunDirectory, atomic_write_bytes
     stage = RunDirectory(run_dir).new_stage(STAGE, inputs=dict(inputs or {}), parameters={
         **(parameters or {}), 'identification_config': config.source,
         'controller_config': config.controller_config, 'known': config.known,
@@ -616,9 +627,8 @@ def _write(robot, config, run_dir, arm_specs, object_specs, fit, ofit, twin, sho
     stage.add_output('parameters', estimates.save(stage.folder / 'parameters.yaml'))
     report = ''
     with timer('report'):
-        if fit is not None:
-            report = write_report(stage.folder / 'report.png', twin, fit, shown[-1],
-                                  {s.name: s.prior for s in arm_specs})
+        if fit is not None:     # rendered by the ArmFit, beside the strikes where live
+            report = atomic_write_bytes(stage.folder / 'report.png', arm_report)
             stage.add_output('report', report)
         if ofit is not None:
             oreport = write_object_report(stage.folder / 'objects.png', ofit)
