@@ -314,8 +314,9 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
     the reconstruction's). ``values``: the arm's values in ``twin``; ``final_values()``: the
     arm's final values (it may wait for the arm fit): given, the fit on every strike but the
     last is the final fit's :class:`Validation` (else fit_and_write makes it), made on a
-    thread beside the last strike (``beside``; else after it, in line) and not used to plan
-    it: the last strike is planned from the fit before. Returns
+    thread beside the last strike (``beside``; else after it, in line): the last strike is
+    planned from the fit before, or, where that leaves an object unstruck (no room for its
+    slide over that fit's friction range), from the validation (waited for). Returns
     :class:`Strikes`. MissingTopicsError (no object tracked), ProbeExecutionError (an object
     lost or off the table, no strike possible), InvalidBoundsError (unusable strike / fit
     options)."""
@@ -337,7 +338,7 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             priors[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
     friction = dict(priors)
     _set_known(twin, values)
-    recs, previous, seen, validation = [], {}, {}, None
+    recs, previous, seen, validation, pending = [], {}, {}, None, None
     for r in range(n):
         if progress is not None:
             progress(f'strike {r + 1}/{n}', 0.5 + 0.3 * r / max(n, 1))
@@ -372,9 +373,25 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                                          friction, scfg, previous=previous, name=f'strike_{r}',
                                          obstacles=others)
             except ProbeError as exc:
+                plan, why = None, exc
+            if (plan is None or plan.skipped) and pending is not None:
+                # Not every object struck with the fit before: the validation's narrower
+                # friction range may leave room (wait for it, plan again).
+                with timer('object_fit_validation_wait') if beside else \
+                        contextlib.nullcontext():
+                    validation, pending = pending.result(), None
+                if validation is not None:
+                    _friction_update(friction, validation.fit, specs, priors)
+                    try:
+                        plan = plan_strike_probe(robot, objs, table, cell.current_positions(),
+                                                 friction, scfg, previous=previous,
+                                                 name=f'strike_{r}', obstacles=others)
+                    except ProbeError as exc:
+                        plan, why = None, exc
+            if plan is None:
                 if r == 0:
-                    raise ProbeExecutionError(f'no strike probe: {exc}') from None
-                log(f'strike probe {r}: {exc}; stopping strikes')
+                    raise ProbeExecutionError(f'no strike probe: {why}') from None
+                log(f'strike probe {r}: {why}; stopping strikes')
                 break
         for oid, why in plan.skipped.items():
             log(f'strike probe {r}: {oid} not struck: {why}')
@@ -387,7 +404,7 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
         if r == n - 2 and final_values is not None:
             # The validation: on a thread beside the last strike (planned from the fit
             # before it), or after it in line; the same numbers either way.
-            validation = _Beside(functools.partial(
+            pending = _Beside(functools.partial(
                 _validation, robot, scene, specs, config, list(recs), settings, final_values,
                 timer, log), background=beside)
         elif r < n - 1:
@@ -400,22 +417,28 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                 except ValueError as exc:
                     log(f'intermediate object fit: {exc}')
                     continue
-            for s in specs:
-                if s.name.endswith('/friction'):
-                    oid = s.name.split('/')[1]
-                    e = f.parameters[s.name]
-                    lo, _, hi = priors[oid]
-                    friction[oid] = ((e.lower_95, e.value, e.upper_95) if e.identified
-                                     else (lo, e.value, hi))
-    if validation is not None:
+            _friction_update(friction, f, specs, priors)
+    if pending is not None:
         if progress is not None:
             progress('fit objects (validation)', 0.8)
         with timer('object_fit_validation_wait') if beside else contextlib.nullcontext():
-            validation = validation.result()
-        # Struck fewer times than planned (no strike left to plan): not the last but one.
-        if validation is not None and len(recs) != len(validation.recordings) + 1:
-            validation = None
+            validation = pending.result()
+    # Struck fewer times than planned (no strike left to plan): not the last but one.
+    if validation is not None and len(recs) != len(validation.recordings) + 1:
+        validation = None
     return Strikes(recs, validation)
+
+
+def _friction_update(friction: dict, fit, specs, priors: dict) -> None:
+    """The friction ranges strikes are planned with ({id: (low, value, high)}) from an
+    object fit: its 95% interval where identified, else the prior's bounds about its value."""
+    for s in specs:
+        if s.name.endswith('/friction'):
+            oid = s.name.split('/')[1]
+            e = fit.parameters[s.name]
+            lo, _, hi = priors[oid]
+            friction[oid] = ((e.lower_95, e.value, e.upper_95) if e.identified
+                             else (lo, e.value, hi))
 
 
 def _validation(robot, scene, specs, config, recs, settings, final_values, timer, log):
