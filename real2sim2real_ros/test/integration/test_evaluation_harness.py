@@ -249,7 +249,9 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert ident['controller_config'].endswith('controllers/default_arm.yaml')
     prof = ident['profile']['seconds']
     assert {'arm_probes', 'arm_fit', 'strike_probes', 'object_fit', 'twin_builds'} <= set(prof)
-    assert ident['profile']['counts']['twin_builds'] == 3     # arm, strikes, final objects
+    # arm, strikes, the objects' validation (once) and final fits
+    assert ident['profile']['counts']['twin_builds'] == 4
+    assert ident['profile']['counts']['object_fit_validation'] == 1
     assert len(saved['summary']['object_heldout_criterion']) == 1
 
 
