@@ -10,8 +10,10 @@ evaluator), the held-out figures, and the task object's estimates beside its tru
 of mass offsets in the twin's frame, as the harness scores them).
 
 Live: the profile the system_identification node wrote into its newest ``identify_NNN``
-manifest under ``--live-run-dir`` (e.g. a ``make demo`` run directory; the demo prints it
-too), where the probes are the arm's real-time motion through the executor.
+manifest under each ``--live-run-dir`` (e.g. ``make demo`` run directories; the demo prints
+it too), where the probes are the arm's real-time motion through the executor, and its arm
+estimates scored against the truth of ``--live-cell-spec`` (default: the default cell; the
+bench is the evaluator). ``--cell-spec`` with no file: no harness identification.
 """
 from __future__ import annotations
 
@@ -79,16 +81,49 @@ def harness(cell_spec=None, nthread: int = 0) -> dict:
             'stage_folder': ident['stage_folder']}
 
 
-def live(run_dir) -> dict | None:
-    """The newest identify_NNN manifest's profile under ``run_dir`` (None: none there)."""
+def live(run_dir, cell_spec=None) -> dict | None:
+    """The newest identify_NNN manifest's profile under ``run_dir`` (None: none there), its
+    arm estimates scored against ``cell_spec``'s truth (default: the default cell)."""
+    from ..core.parameters import ParameterSet
     done = sorted(Path(run_dir).expanduser().glob('identify_*/manifest.json'))
     if not done:
         return None
     m = json.loads(done[-1].read_text())
     res = m.get('results', {})
+    truth = _arm_truth(cell_spec)
+    arm = [e for e in ParameterSet.load(done[-1].parent / 'parameters.yaml')
+           if e.name.startswith(ARM_KINDS) and truth.get(e.name)]
+    objects = res.get('objects', {})
+    # The stage's wall time as the loop coordinator timed it (the goal's whole run), else the
+    # manifest's own span (its writing only).
+    loop = [st['seconds'] for f in sorted(Path(run_dir).expanduser().glob('loop_*/summary.json'))
+            for st in json.loads(f.read_text()).get('stages', []) if st.get('stage') == 'identify'
+            and str(done[-1].parent) in str(st.get('artifact', ''))]
     return {'setting': 'live', 'manifest': str(done[-1]), 'profile': res.get('profile'),
-            'wall_s': (m.get('finished', 0) - m.get('started', 0)) or None,
-            'nthread': m.get('parameters', {}).get('nthread')}
+            'wall_s': loop[-1] if loop else (m.get('finished', 0) - m.get('started', 0)) or None,
+            'nthread': m.get('parameters', {}).get('nthread'),
+            'arm_within_10': sum(abs(e.value - truth[e.name]) <= 0.10 * abs(truth[e.name])
+                                 for e in arm),
+            'arm_covered': sum(e.lower_95 <= truth[e.name] <= e.upper_95 for e in arm),
+            'arm_n': len(arm),
+            'object_heldout_before_m': objects.get('heldout_error_before_m'),
+            'object_heldout_after_m': objects.get('heldout_error_after_m')}
+
+
+def _arm_truth(cell_spec=None) -> dict:
+    """The arm's true values of a cell spec, in the twin's names (scoring only)."""
+    from ..core.cell_spec import default_cell_spec_path, load_cell_spec
+    from ..core.evaluation.harness import _twin_name
+    from ..core.truth import TruthDoor
+    from ..core.world import make_world
+    door = TruthDoor(strict=True)
+    world = make_world(load_cell_spec(cell_spec or default_cell_spec_path()), None, truth=door)
+    try:
+        with door.scoring():
+            return {_twin_name(k, {}): v for k, v in
+                    world.hidden_truth(list(world.joint_names)).items()}
+    finally:
+        world.close()
 
 
 def print_profiles(rows, console=None) -> None:
@@ -123,6 +158,13 @@ def print_profiles(rows, console=None) -> None:
             + ('-' if res is None else f"{1e3 * res:.2f} mm (95% of "
                f"{rows[0].get('tracker_resolution_strikes')} strikes' displacement errors)"))
     for r in rows:
+        if r['setting'] == 'live':
+            held = ('' if r.get('object_heldout_before_m') is None else
+                    f"; object held-out {1e3 * r['object_heldout_before_m']:.1f} -> "
+                    f"{1e3 * r['object_heldout_after_m']:.1f} mm")
+            console.print(f"live, {r['manifest']} ({r['wall_s']:.1f} s): arm parameters "
+                          f"within 10% {r['arm_within_10']}/{r['arm_n']}, 95% covers truth "
+                          f"{r['arm_covered']}/{r['arm_n']}{held}")
         if r['setting'] == 'harness':
             console.print(f"harness, {r['cell']} cell ({r['wall_s']:.1f} s): arm parameters "
                           f"within 10% "
@@ -164,15 +206,17 @@ def with_resolution(rows) -> None:
 def main(argv=()) -> list:
     import argparse
     p = argparse.ArgumentParser(prog='python -m real2sim2real_ros.bench identify')
-    p.add_argument('--cell-spec', nargs='+', default=[None],
-                   help='cell spec YAMLs, one identification each (default: the default cell)')
+    p.add_argument('--cell-spec', nargs='*', default=[None],
+                   help='cell spec YAMLs, one identification each (default: the default cell; '
+                        'none given: no harness identification)')
     p.add_argument('--nthread', type=int, default=0, help='fit threads (0: every core)')
-    p.add_argument('--live-run-dir', default='',
-                   help="a run directory with the node's identify_NNN (e.g. make demo's)")
+    p.add_argument('--live-run-dir', nargs='+', default=[],
+                   help="run directories with the node's identify_NNN (e.g. make demo's)")
+    p.add_argument('--live-cell-spec', default=None,
+                   help='the cell the live runs identified (default: the default cell)')
     args = p.parse_args(list(argv))
     rows = [harness(c, args.nthread) for c in args.cell_spec]
     with_resolution(rows)
-    if args.live_run_dir:
-        rows.append(live(args.live_run_dir))
+    rows += [r for r in (live(d, args.live_cell_spec) for d in args.live_run_dir) if r]
     print_profiles(rows)
     return rows
