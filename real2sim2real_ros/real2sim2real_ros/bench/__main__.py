@@ -11,8 +11,9 @@ regression + polish against the multi-start rollout fit on the same recordings
 ``python -m real2sim2real_ros.bench arm_id_coverage [live|harness] [FIRST LAST]``: interval
 honesty over the cell's noise seeds FIRST..LAST-1 (default live, 100 160): per run, intervals
 covering the truth and its squared Mahalanobis distance; writes bench_results/arm_id_coverage.json.
-``python -m real2sim2real_ros.bench identify [--live-run-dir DIR]``: the identify stage's wall
-time per sub-stage, harness (one cell, in process) and live (the node's manifest in DIR)
+``python -m real2sim2real_ros.bench identify [--cell-spec [F ...]] [--live-run-dir DIR ...]``:
+the identify stage's wall time per sub-stage, harness (each cell in process; no file: none)
+and live (the node's manifest in each DIR, its arm estimates scored against the cell's truth)
 (bench/identify_bench.py); writes bench_results/identify.json. ``make bench`` runs the
 harness one.
 ``python -m real2sim2real_ros.bench model_gap [CELL ...]``: the MuJoCo twin with a cell's true
