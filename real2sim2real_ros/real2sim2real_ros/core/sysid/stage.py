@@ -9,10 +9,9 @@ the evaluation harness (probes on an in-process emulated cell) and offline bags:
 * :func:`run_strikes`: strike probes on a :class:`StrikeCell` (what executes a strike and
   reports tracked poses: the node's executor + tracker topic, the harness's emulated cell +
   depth tracker), each planned from the tracked poses and the object fit of the strikes
-  before it. The fit on every strike but the last is made on a fresh twin with the arm's
-  final values (the arm fit's): it is the final fit's held-out validation
-  (:class:`Validation`), made once, on a thread beside the last strike's motion (the node;
-  the harness makes it in line), so the last strike is planned from the fit before it;
+  before it. The fit on every strike but the last, which plans the last strike, is made on
+  a fresh twin with the arm's final values (the arm fit's; the stage waits for it there): it
+  is the final fit's held-out validation too (:class:`Validation`), so no fit is made twice;
 * :class:`ArmFit`: the arm fit (core/sysid/fit.identify) on a thread of its own, started
   as soon as the arm probes are recorded, so it runs while the strikes move the arm (it
   needs nothing the strikes give: with strikes to come, the arm is scored on them later);
@@ -21,9 +20,8 @@ the evaluation harness (probes on an in-process emulated cell) and offline bags:
   (core/sysid/object_fit.final_object_fits; the validation from the strikes, scored on the
   last one, or made here from bags), then ``<run_dir>/identify_NNN/``
   (parameters.yaml, report.png, objects.png, manifest.json with the per-sub-stage wall
-  times: probes, arm fit, object fits, twin builds, report; ``arm_fit`` and
-  ``object_fit_validation`` are the fits' own wall times, ``arm_fit_wait`` and
-  ``object_fit_validation_wait`` what the stage waited for them after the strikes).
+  times: probes, arm fit, object fits, twin builds, report; ``arm_fit`` is the fit's own
+  wall time, ``arm_fit_wait`` what the stage waited for it after the strikes).
 
 The servo gains are the identification config's ``known`` values: the lab's controller
 configuration (core/controller_config.py), never read from a cell.
@@ -31,7 +29,6 @@ configuration (core/controller_config.py), never read from a cell.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 import time
@@ -305,18 +302,15 @@ class Strikes:
 def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                 settings: FitSettings, values: dict, progress=None, log=None,
                 timer: StageTimer | None = None, before_strike=None, scene: str = '',
-                footprints: dict | None = None, final_values=None,
-                beside: bool = False) -> Strikes:
+                footprints: dict | None = None, final_values=None) -> Strikes:
     """``n`` strike probes on ``cell`` (each strikes every object of ``specs`` once), planned
     from the tracked poses; the friction range of each plan from the fit of the strikes
     before it. Every other object of the scene is kept clear of: a box or cylinder as tracked
     now, one not tracked (an irregular object) by ``footprints`` ({id: (xy, radius)}, e.g.
     the reconstruction's). ``values``: the arm's values in ``twin``; ``final_values()``: the
     arm's final values (it may wait for the arm fit): given, the fit on every strike but the
-    last is the final fit's :class:`Validation` (else fit_and_write makes it), made on a
-    thread beside the last strike (``beside``; else after it, in line): the last strike is
-    planned from the fit before, or, where that leaves an object unstruck (no room for its
-    slide over that fit's friction range), from the validation (waited for). Returns
+    last, which plans the last strike, is made on a fresh twin with them and is the final
+    fit's :class:`Validation` (else fit_and_write makes it again). Returns
     :class:`Strikes`. MissingTopicsError (no object tracked), ProbeExecutionError (an object
     lost or off the table, no strike possible), InvalidBoundsError (unusable strike / fit
     options)."""
@@ -338,7 +332,7 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             priors[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
     friction = dict(priors)
     _set_known(twin, values)
-    recs, previous, seen, validation, pending = [], {}, {}, None, None
+    recs, previous, seen, validation = [], {}, {}, None
     for r in range(n):
         if progress is not None:
             progress(f'strike {r + 1}/{n}', 0.5 + 0.3 * r / max(n, 1))
@@ -373,25 +367,9 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                                          friction, scfg, previous=previous, name=f'strike_{r}',
                                          obstacles=others)
             except ProbeError as exc:
-                plan, why = None, exc
-            if (plan is None or plan.skipped) and pending is not None:
-                # Not every object struck with the fit before: the validation's narrower
-                # friction range may leave room (wait for it, plan again).
-                with timer('object_fit_validation_wait') if beside else \
-                        contextlib.nullcontext():
-                    validation, pending = pending.result(), None
-                if validation is not None:
-                    _friction_update(friction, validation.fit, specs, priors)
-                    try:
-                        plan = plan_strike_probe(robot, objs, table, cell.current_positions(),
-                                                 friction, scfg, previous=previous,
-                                                 name=f'strike_{r}', obstacles=others)
-                    except ProbeError as exc:
-                        plan, why = None, exc
-            if plan is None:
                 if r == 0:
-                    raise ProbeExecutionError(f'no strike probe: {why}') from None
-                log(f'strike probe {r}: {why}; stopping strikes')
+                    raise ProbeExecutionError(f'no strike probe: {exc}') from None
+                log(f'strike probe {r}: {exc}; stopping strikes')
                 break
         for oid, why in plan.skipped.items():
             log(f'strike probe {r}: {oid} not struck: {why}')
@@ -401,28 +379,23 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             recs.append(cell.strike(plan, r, info))
         for s in plan.strikes:
             previous.setdefault(s.object_id, []).append(s.heading)
-        if r == n - 2 and final_values is not None:
-            # The validation: on a thread beside the last strike (planned from the fit
-            # before it), or after it in line; the same numbers either way.
-            pending = _Beside(functools.partial(
-                _validation, robot, scene, specs, config, list(recs), settings, final_values,
-                timer, log), background=beside)
-        elif r < n - 1:
+        if r < n - 1:
             if progress is not None:
                 progress(f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
-            with timer('object_fit_intermediate'):
-                try:
-                    f = identify_objects(twin, specs, recs, options=options,
-                                         nthread=settings.nthread, scores='none')
-                except ValueError as exc:
-                    log(f'intermediate object fit: {exc}')
-                    continue
-            _friction_update(friction, f, specs, priors)
-    if pending is not None:
-        if progress is not None:
-            progress('fit objects (validation)', 0.8)
-        with timer('object_fit_validation_wait') if beside else contextlib.nullcontext():
-            validation = pending.result()
+            if r == n - 2 and final_values is not None:
+                validation = _validation(robot, scene, specs, config, recs, settings,
+                                         final_values(), timer, log)
+                f = validation.fit if validation is not None else None
+            else:
+                with timer('object_fit_intermediate'):
+                    try:
+                        f = identify_objects(twin, specs, recs, options=options,
+                                             nthread=settings.nthread, scores='none')
+                    except ValueError as exc:
+                        log(f'intermediate object fit: {exc}')
+                        f = None
+            if f is not None:
+                _friction_update(friction, f, specs, priors)
     # Struck fewer times than planned (no strike left to plan): not the last but one.
     if validation is not None and len(recs) != len(validation.recordings) + 1:
         validation = None
@@ -441,10 +414,9 @@ def _friction_update(friction: dict, fit, specs, priors: dict) -> None:
                              else (lo, e.value, hi))
 
 
-def _validation(robot, scene, specs, config, recs, settings, final_values, timer, log):
-    """The :class:`Validation` fit on ``recs`` with the arm's ``final_values()``; None
+def _validation(robot, scene, specs, config, recs, settings, values, timer, log):
+    """The :class:`Validation` fit on ``recs`` with the arm's final ``values``; None
     (logged) when none of its strikes is usable."""
-    values = final_values()
     with timer('object_fit_validation'):
         try:
             fit = validation_fit(robot, scene, specs, config, recs, settings=settings,
@@ -453,36 +425,6 @@ def _validation(robot, scene, specs, config, recs, settings, final_values, timer
             log(f'validation object fit: {exc}')
             return None
     return Validation(fit, tuple(x.name for x in recs), values)
-
-
-class _Beside:
-    """``fn()`` on a thread of its own at a lower priority (:data:`ArmFit.NICE`), or, with
-    ``background=False``, in line when :meth:`result` is asked for."""
-
-    def __init__(self, fn, *, background: bool):
-        self._fn, self._value, self._error, self._thread = fn, None, None, None
-        if background:
-            self._thread = threading.Thread(target=self._run, args=(True,),
-                                            name='beside', daemon=True)
-            self._thread.start()
-
-    def _run(self, lower_priority: bool = False) -> None:
-        if lower_priority:
-            _lower_priority()
-        try:
-            self._value = self._fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
-            self._error = exc
-
-    def result(self):
-        """What ``fn`` returned (waits for it; raises what it raised)."""
-        if self._thread is None:
-            self._run()
-        else:
-            self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 def _lower_priority() -> None:

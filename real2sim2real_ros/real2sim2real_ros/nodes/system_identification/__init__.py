@@ -27,7 +27,7 @@ Action ``~/identify`` (real2sim2real_msgs/action/Identify):
   goal's subset) on all recordings but the last, which is held out to score the fit (with
   strike probes: on all arm probes, scored on the held-out strike probe's joints); then the
   objects (core.sysid.object_fit.final_object_fits) on a fresh twin with the arm's estimates,
-  validated by their fit without the last strike (live: made beside the last strike);
+  validated by their fit without the last strike (made once, before the last strike);
 * writes ``<run_dir>/identify_<n>/`` (parameters.yaml, report.png, objects.png with tracked
   vs simulated object paths, manifest.json), publishes the latched ``physical_parameters`` and
   pushes them to ``<sim_server>/set_physical_parameters`` when that service is up (the arm's

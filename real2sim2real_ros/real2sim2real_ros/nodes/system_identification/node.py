@@ -293,7 +293,6 @@ class SystemIdentificationNode(ExecutorProbes, Node):
                     values=ident.arm_values(config, specs, None, last),
                     final_values=lambda: ident.arm_values(
                         config, specs, arm_fit.result() if arm_fit else None, last),
-                    beside=True,
                     progress=lambda st, p: self._feedback(goal_handle, st, p),
                     log=self.get_logger().warning, timer=timer, scene=scene_path or '')
             strike_bags = cell.bags
