@@ -170,8 +170,11 @@ class ArmFit:
     def _run(self, lower_priority: bool = False) -> None:
         from .fit import identify
         from .report import render_report
-        if lower_priority:
-            _lower_priority()
+        if lower_priority and hasattr(os, 'setpriority'):
+            # This thread (and the MuJoCo rollout workers it starts) at nice +NICE, where the
+            # OS allows it: the probes' own motion (a real-time cell, its camera) comes first.
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.NICE)
         try:
             with self.timer('arm_fit'):
                 s = self.settings
@@ -383,7 +386,7 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             if progress is not None:
                 progress(f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
             if r == n - 2 and final_values is not None:
-                validation = _validation(robot, scene, specs, config, recs, settings,
+                validation = _validation(robot, scene, specs, options, recs, settings,
                                          final_values(), timer, log)
                 f = validation.fit if validation is not None else None
             else:
@@ -396,9 +399,8 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                         f = None
             if f is not None:
                 _friction_update(friction, f, specs, priors)
-    # Struck fewer times than planned (no strike left to plan): not the last but one.
-    if validation is not None and len(recs) != len(validation.recordings) + 1:
-        validation = None
+    # Struck fewer times than planned: fit_objects finds the validation is not on the
+    # strikes but the last, and makes its own.
     return Strikes(recs, validation)
 
 
@@ -414,25 +416,17 @@ def _friction_update(friction: dict, fit, specs, priors: dict) -> None:
                              else (lo, e.value, hi))
 
 
-def _validation(robot, scene, specs, config, recs, settings, values, timer, log):
+def _validation(robot, scene, specs, options, recs, settings, values, timer, log):
     """The :class:`Validation` fit on ``recs`` with the arm's final ``values``; None
     (logged) when none of its strikes is usable."""
     with timer('object_fit_validation'):
         try:
-            fit = validation_fit(robot, scene, specs, config, recs, settings=settings,
+            fit = validation_fit(robot, scene, specs, options, recs, settings=settings,
                                  values=values, timer=timer)
         except ValueError as exc:
             log(f'validation object fit: {exc}')
             return None
     return Validation(fit, tuple(x.name for x in recs), values)
-
-
-def _lower_priority() -> None:
-    """This thread (and the MuJoCo rollout workers it starts) at nice +ArmFit.NICE, where
-    the OS allows it: the probes' own motion (a real-time cell, its camera) comes first."""
-    if hasattr(os, 'setpriority'):
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ArmFit.NICE)
 
 
 def _object_options(config):
@@ -458,13 +452,14 @@ def _object_twin(robot, scene: str, settings: FitSettings, values: dict, timer):
         twin.close()
 
 
-def validation_fit(robot, scene: str, specs, config, recs, *, settings: FitSettings,
+def validation_fit(robot, scene: str, specs, options, recs, *, settings: FitSettings,
                    values: dict, timer=None):
     """The objects' fit on ``recs`` (every strike but the held-out last) on a fresh twin
-    with the arm's final ``values``, unscored (object_fit.identify_objects, scores='none')."""
+    with the arm's final ``values``, unscored (object_fit.identify_objects, scores='none');
+    ``options``: object_fit.ObjectFitOptions."""
     from .object_fit import identify_objects
     with _object_twin(robot, scene, settings, values, timer) as twin:
-        return identify_objects(twin, specs, recs, options=_object_options(config),
+        return identify_objects(twin, specs, recs, options=options,
                                 nthread=settings.nthread, scores='none')
 
 
@@ -488,7 +483,7 @@ def fit_objects(robot, scene: str, specs, config, recs, *, settings: FitSettings
     try:
         if made is None and len(recs) > 1:
             with timer('object_fit_validation'):
-                made = validation_fit(robot, scene, specs, config, recs[:-1],
+                made = validation_fit(robot, scene, specs, options, recs[:-1],
                                       settings=settings, values=values, timer=timer)
         with _object_twin(robot, scene, settings, values, timer) as twin, \
                 timer('object_fit'):

@@ -259,9 +259,10 @@ class SystemIdentificationNode(ExecutorProbes, Node):
 
     def _live_probes(self, goal_handle, robot, config, specs, obj_specs, obj_twin, twin, *,
                      settings, last, timer, scene_path):
-        """(probe names, arm bags, strike bags, {'arm_fit', 'validation'}): the arm probes,
-        then the strike probes while the arm fit (core/sysid/stage.ArmFit) runs beside them;
-        the objects' validation fit waits for it before the last strike."""
+        """(probe names, arm bags, strike bags, {'arm_fit', 'validation', 'strike_recs'}:
+        fit_and_write's keywords): the arm probes, then the strike probes while the arm fit
+        (core/sysid/stage.ArmFit) runs beside them; the objects' validation fit waits for it
+        before the last strike."""
         from ...core.sysid import stage as ident
         goal = goal_handle.request
         n_arm, n_strike = ident.probe_counts(
