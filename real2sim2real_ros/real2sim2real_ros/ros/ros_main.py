@@ -9,9 +9,16 @@ service, subscription and timer callback the node created in its constructor, so
 is logged with its traceback and a service request is answered (``success`` False and
 ``message`` / ``error_msg`` naming the exception) while the node keeps serving. An exception
 that still ends the spin is logged and the process exits with code 1, never 0.
+
+Shutdown is bounded: once the node is told to stop, the process is gone within
+:data:`SHUTDOWN_DEADLINE_S`. A callback that never returns (a lock never released, a wait
+that nothing will end) would otherwise hold rclpy's worker pool, and with it the process, for
+ever: then :mod:`faulthandler` writes every thread's stack to stderr and exits with code 1.
+``run_node`` is therefore a process's main, never called inside a longer-lived process.
 """
 from __future__ import annotations
 
+import faulthandler
 import functools
 import inspect
 import signal
@@ -23,9 +30,16 @@ import traceback
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 
+# Seconds from the stop signal to the process's end, beyond which a stuck shutdown is
+# dumped and ended. ros2 launch escalates SIGTERM to SIGKILL after 5 s by default; the node's
+# own close() (bags written, threads joined) fits well inside this.
+SHUTDOWN_DEADLINE_S = 10.0
+
 
 def run_node(node_factory, args=None, num_threads: int = 4) -> int:
-    """Build the node with ``node_factory()`` and spin it until shutdown; return an exit code."""
+    """Build the node with ``node_factory()`` and spin it until shutdown; return an exit code.
+    The process's main: from the stop on, a watchdog ends the process after
+    SHUTDOWN_DEADLINE_S (see the module docstring)."""
     rclpy.init(args=args)
     stop = threading.Event()
     # The executor spins on a worker thread; the main thread only waits, in short slices, so
@@ -63,6 +77,9 @@ def run_node(node_factory, args=None, num_threads: int = 4) -> int:
         if rclpy.ok() and not stop.is_set():
             raise
     finally:
+        # Armed until the process ends (the interpreter's own exit joins the worker pool's
+        # threads too); a C thread, so it fires even when a stuck thread holds the GIL.
+        faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE_S, exit=True)
         if executor is not None:
             executor.shutdown(timeout_sec=2.0)
         if spinner is not None:
