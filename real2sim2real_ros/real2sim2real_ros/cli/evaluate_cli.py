@@ -66,6 +66,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument('--train-config', type=_json_dict, default={}, metavar='JSON',
                    help='TrainConfig overrides (JSON; applied after --quick; closed_loop, '
                    'closed_loop.dagger / .ppo and ppo may be objects)')
+    p.add_argument('--identification-config', default=None, metavar='YAML',
+                   help="identification config (config/identification.yaml format: what is "
+                   "identified, bounds, strikes) for every cell; default the package's")
     p.set_defaults(func=cmd_evaluate)
     return p
 
@@ -127,6 +130,16 @@ def cmd_evaluate(args) -> int:
         print(f'r2s2r evaluate: robot description {args.robot!r} does not exist',
               file=sys.stderr)
         return EXIT_USAGE
+    ident_conf = None
+    if args.identification_config:
+        from ..core.parameters import ParameterError
+        from ..core.sysid.config import load_identification_config
+        ident_conf = str(Path(args.identification_config).resolve())
+        try:
+            load_identification_config(ident_conf)
+        except ParameterError as exc:
+            print(f'r2s2r evaluate: --identification-config: {exc}', file=sys.stderr)
+            return EXIT_USAGE
     seeds = list(dict.fromkeys(args.seed))
     if args.draw_cells:
         draw_seed = seeds[0] if args.draw_seed is None else args.draw_seed
@@ -150,6 +163,7 @@ def cmd_evaluate(args) -> int:
                         strict_truth=args.observation == 'tracker',
                         compare_truth_observation=args.compare_truth_observation,
                         robot_urdf=str(Path(args.robot).resolve()) if args.robot else None,
+                        identification_config=ident_conf,
                         train=_merge(QUICK_TRAIN if args.quick else {},
                                      getattr(args, 'train_config', None) or {}))
     events: queue.Queue = queue.Queue()

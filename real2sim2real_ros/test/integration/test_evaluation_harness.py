@@ -176,6 +176,12 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     spec.write_text('name: broken\nobjects: 3\n')
     broken = cli('--cell-spec', str(spec), '--json', str(tmp_path / 'x.json'))
     assert broken.returncode == 2 and broken.stderr.count('\n') == 1
+    conf = tmp_path / 'identification.yaml'
+    conf.write_text("objects: {parameters: [{name: 'geom/x/friction', prior: 0.5}]}\n")
+    bad_conf = cli('--draw-cells', '1', '--identification-config', str(conf),
+                   '--json', str(tmp_path / 'x.json'))
+    assert bad_conf.returncode == 2 and bad_conf.stderr.count('\n') == 1
+    assert "--identification-config" in bad_conf.stderr and '{id}' in bad_conf.stderr
     assert not (tmp_path / 'x.json').exists()
 
 
@@ -247,6 +253,7 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     # Identification ran the node's stage (core/sysid/stage.py): its folder and profile.
     assert (Path(ident['stage_folder']) / 'parameters.yaml').is_file()
     assert ident['controller_config'].endswith('controllers/default_arm.yaml')
+    assert ident['identification_config'].endswith('config/identification.yaml')
     prof = ident['profile']['seconds']
     assert {'arm_probes', 'arm_fit', 'strike_probes', 'object_fit', 'twin_builds'} <= set(prof)
     # arm, strikes, the objects' validation (once) and final fits

@@ -220,7 +220,8 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
                   recon_objects=None, scene_path: str | None = None,
                   controller_config: str | None = None) -> dict:
     """Arm + object identification on ``world`` through the identification stage
-    (core/sysid/stage.py, as the node runs it): the config is config/identification.yaml,
+    (core/sysid/stage.py, as the node runs it): the config is ``cfg.identification_config``
+    (default config/identification.yaml),
     the servo gains the cell's controller configuration ``controller_config`` (a ros2_control
     YAML, core/controller_config.py). Writes ``out_dir/identify_NNN``; returns the record
     the harness reports (with the stage's per-sub-stage ``profile``)."""
@@ -229,8 +230,9 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    conf = load_identification_config(identification_config_path(), robot,
-                                      controller_config=controller_config)
+    conf = load_identification_config(
+        cfg.identification_config or identification_config_path(), robot,
+        controller_config=controller_config)
     settings = fit_settings(cfg)
     timer = ident.StageTimer()
     # Arm probes about the ready pose (executed and recorded as the executor's bag holds).
@@ -319,6 +321,6 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
               'probes': len(probes) + len(strike_recs),
               'nthread': settings.nthread, 'stage_folder': str(out.folder),
               'controller_config': conf.controller_config,
-              'profile': out.timings}
+              'identification_config': conf.source, 'profile': out.timings}
     record['wall_s'] = time.perf_counter() - t0
     return {'parameters': out.estimates, 'start_values': conf.start_values(), **record}
