@@ -13,6 +13,7 @@ from real2sim2real_ros.core.evaluation.cells import (
 )
 from real2sim2real_ros.core.evaluation.goals import (
     MIN_GOAL_DISTANCE,
+    UPRIGHT_SCAN_STEPS,
     UPRIGHT_SPEED_MARGIN,
     GoalsUnreachable,
     reachable_goals,
@@ -158,6 +159,43 @@ def test_a_box_that_tips_at_top_speed_gets_a_capped_speed_and_the_goals_it_reach
     with pytest.raises(GoalsUnreachable) as exc:
         reachable_goals(task, twin, 1.0)
     assert classify(exc.value) == 'GOALS_UNREACHABLE' and 'tips it over' in str(exc.value)
+
+
+class _TipsInBands(_ShortSlides):
+    """Slides ``reach`` m and tips over when struck at a speed inside one of ``bands``
+    ([(low, high)] m/s): tipping that is not monotone in the speed."""
+
+    def __init__(self, task, reach, bands):
+        super().__init__(task, reach)
+        self.bands = bands
+
+    def twin_outcomes(self, twin, reset, action, param_samples=None):
+        out = super().twin_outcomes(twin, reset, action, param_samples)
+        tips = any(lo <= float(action[0]) <= hi for lo, hi in self.bands)
+        out[0]['object_up_z'] = 0.0 if tips else 1.0
+        return out
+
+
+def test_a_capped_strike_that_tips_after_all_scans_up_from_the_slowest(robot):
+    # The bisection over 0.2-1.8 m/s tries 1.0, 1.4, 1.6, 1.7, 1.75 (upright) and 1.775
+    # (tips): upright up to 1.75, so 0.9 x that, 1.575, is the cap; but 1.50-1.59 tips too
+    # (a Drake cell's identified twin did so at 1.57). Before, GOALS_UNREACHABLE.
+    task = get_task('slide_to_target', robot, {})
+    assert task.cfg.speed_range == pytest.approx((0.2, 1.8))
+    g = reachable_goals(_TipsInBands(task, 0.30, [(1.50, 1.59), (1.76, 9.0)]), None, 0.5)
+    rec = g['record']
+    assert rec['upright_speed_limit'] == pytest.approx(1.75, abs=0.01)
+    speeds = [v for v, _ in rec['upright_scan']]
+    assert speeds == pytest.approx([round(0.2 + 1.375 * k / UPRIGHT_SCAN_STEPS, 3)
+                                    for k in range(1, UPRIGHT_SCAN_STEPS + 1)], abs=1e-3)
+    assert [ok for _, ok in rec['upright_scan']] == [True] * 7 + [False]
+    assert g['overrides']['speed_range'] == pytest.approx((0.2, speeds[-2]))   # 1.403
+    assert 'scanned from the slowest' in rec['tip_message']
+    # A band reaching down to the first speed scanned: no speed is upright reliably.
+    with pytest.raises(GoalsUnreachable) as exc:
+        reachable_goals(_TipsInBands(task, 0.30, [(0.3, 0.4), (1.50, 1.59), (1.76, 9.0)]),
+                        None, 0.5)
+    assert classify(exc.value) == 'GOALS_UNREACHABLE' and 'reliably' in str(exc.value)
 
 
 def _free_slide_tips(shape, size, mu, v) -> bool:

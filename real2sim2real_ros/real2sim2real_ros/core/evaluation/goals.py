@@ -20,7 +20,11 @@ extremes and middle, and
   bisects the fastest strike that leaves it upright at every goal heading, caps every
   policy's strike speed (``speed_range``) at ``UPRIGHT_SPEED_MARGIN`` x that, and narrows the
   goals to what that capped strike reaches (the rest reported out of reach); where no speed
-  of the task's range keeps it upright, ``GOALS_UNREACHABLE`` saying so.
+  of the task's range keeps it upright, ``GOALS_UNREACHABLE`` saying so. Tipping need not be
+  monotone in the speed (a cylinder in the identified twin of a Drake cell stayed upright at
+  1.75 m/s and tipped at 1.57): where the capped strike tips, the cap is instead the fastest
+  of ``UPRIGHT_SCAN_STEPS`` speeds from the slowest up to it below which every one leaves
+  the object upright (:func:`upright_from_below`).
 
 A lab can act on each: a lighter / smoother object, or goals nearer, or a faster arm.
 """
@@ -32,6 +36,7 @@ REACH_FRACTION = 0.85      # of the shortest top-speed slide: the farthest goal 
 MIN_GOAL_DISTANCE = 0.05   # m: a nearer farthest goal leaves nothing to learn (radius 3 cm)
 UPRIGHT_BISECTIONS = 6    # speed bisections for the fastest strike that leaves it upright
 UPRIGHT_SPEED_MARGIN = 0.9   # x that speed: the task's top speed on an object that tips
+UPRIGHT_SCAN_STEPS = 8     # speeds scanned up to a capped strike that tips after all
 
 
 class GoalsUnreachable(RuntimeError):
@@ -83,6 +88,21 @@ def upright_speed_limit(task, twin, headings=None, iterations: int = UPRIGHT_BIS
     return lo
 
 
+def upright_from_below(task, twin, lo: float, hi: float, steps: int = UPRIGHT_SCAN_STEPS):
+    """Strikes at ``steps`` speeds evenly above ``lo`` up to ``hi`` (m/s), slowest first:
+    (the fastest before the first that tips the object at some heading, or None when the
+    slowest does; its slides; [[speed, upright at every heading]] of those tried)."""
+    best, best_slides, tried = None, None, []
+    for k in range(1, steps + 1):
+        v = round(lo + (hi - lo) * k / steps, 3)
+        slides, upright = slides_at(task, twin, v)
+        tried.append([v, all(upright)])
+        if not all(upright):
+            break
+        best, best_slides = v, slides
+    return best, best_slides, tried
+
+
 def reachable_goals(task, twin, identified_friction: float | None = None) -> dict:
     """Task config overrides for the cell's goal distribution and expert, with the record.
 
@@ -116,14 +136,23 @@ def reachable_goals(task, twin, identified_friction: float | None = None) -> dic
         v_cap = round(UPRIGHT_SPEED_MARGIN * v_up, 3)
         slides, upright = slides_at(task, twin, v_cap)
         if not all(upright):      # tipping need not be monotone in the speed
-            raise GoalsUnreachable(
-                f'GOALS_UNREACHABLE: the object tips over in the identified twin at '
-                f'{v_cap:.2f} m/s though not at {v_up:.2f} m/s: no strike speed keeps it '
-                f'upright reliably; a lower or wider object, or a smoother one')
+            tipped_at = v_cap
+            v_cap, slides, tried = upright_from_below(task, twin, float(c.speed_range[0]),
+                                                      tipped_at)
+            record['upright_scan'] = tried
+            if v_cap is None:
+                raise GoalsUnreachable(
+                    f'GOALS_UNREACHABLE: the object tips over in the identified twin at '
+                    f'{tried[0][0]:.2f} m/s and at {tipped_at:.2f} m/s though not at '
+                    f'{v_up:.2f} m/s: no strike speed keeps it upright reliably; a lower or '
+                    f'wider object, or a smoother one')
         overrides['speed_range'] = (float(c.speed_range[0]), v_cap)
+        why = (f'struck at {tried[-1][0]:.2f} m/s (the first of the speeds scanned from the '
+               f'slowest that tips it) and faster than {v_up:.2f} m/s'
+               if 'upright_scan' in record else f'struck faster than {v_up:.2f} m/s')
         record.update(upright_speed_limit=v_up, speed_cap=v_cap, slides_at_cap_m=slides,
-                      tip_message=f'the object tips over struck faster than {v_up:.2f} m/s '
-                      f'in the identified twin: strikes capped at {v_cap:.2f} m/s')
+                      tip_message=f'the object tips over {why} in the identified twin: '
+                      f'strikes capped at {v_cap:.2f} m/s')
     reach = min(slides)
     expert = {}
     if identified_friction is not None and np.isfinite(identified_friction):
@@ -159,4 +188,5 @@ def reachable_goals(task, twin, identified_friction: float | None = None) -> dic
 
 
 __all__ = ['GoalsUnreachable', 'MIN_GOAL_DISTANCE', 'REACH_FRACTION', 'UPRIGHT_SPEED_MARGIN',
-           'reachable_goals', 'slides_at', 'top_speed_slides', 'upright_speed_limit']
+           'reachable_goals', 'slides_at', 'top_speed_slides', 'upright_from_below',
+           'upright_speed_limit']
