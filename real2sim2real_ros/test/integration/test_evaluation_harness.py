@@ -17,6 +17,7 @@ from real2sim2real_ros.core.evaluation.harness import (
     HarnessConfig,
     _twin_name,
     heldout_criterion,
+    heldout_folds_verdict,
     run,
     summarize,
     tracker_resolution,
@@ -153,6 +154,30 @@ def test_heldout_criterion_numbers():
     assert not heldout_criterion(0.0015, 0.0024, 0.0008, 0.0008, None)['pass']
 
 
+def test_heldout_folds_verdict_is_the_criterion_on_rms_over_the_strikes():
+    folds = [{'strike': 0, 'before': 0.030, 'after': 0.004, 'floor': 0.003,
+              'observable_floor': 0.003},
+             {'strike': 1, 'before': 0.010, 'after': 0.008, 'floor': 0.002,
+              'observable_floor': 0.002},
+             {'strike': 2, 'before': 0.0015, 'after': 0.0024, 'floor': 0.0008,
+              'observable_floor': None}]
+    r = heldout_folds_verdict(folds)
+    rms = lambda *v: np.sqrt(np.mean(np.square(v)))  # noqa: E731
+    assert r['strikes'] == 3
+    assert r['before'] == pytest.approx(rms(0.030, 0.010, 0.0015))
+    assert r['after'] == pytest.approx(rms(0.004, 0.008, 0.0024))
+    assert r['floor'] == pytest.approx(rms(0.003, 0.002, 0.0008))
+    assert r['observable_floor'] == pytest.approx(rms(0.003, 0.002))   # the None left out
+    # 5.4 mm after against 18.3 mm before: 0.29 x, passes by the ratio; the last strike
+    # alone (1.5 -> 2.4 mm) fails.
+    assert r['pass'] and r['by'] == 'ratio'
+    assert not heldout_criterion(0.0015, 0.0024, 0.0008)['pass']
+    # A strike without a before or after is not scored; none at all: no verdict.
+    assert heldout_folds_verdict(folds + [{'strike': 3, 'before': None,
+                                           'after': 0.1}])['strikes'] == 3
+    assert heldout_folds_verdict([{'strike': 0, 'before': float('nan'), 'after': 0.1}]) is None
+
+
 def test_tracker_resolution_is_the_95th_percentile_of_the_strikes_errors():
     # 20 strikes over two cells (a cell's two seeds repeat one identification: once).
     a = {'stage_folder': 'a', 'tracker_displacement_error': list(np.arange(1, 11) * 1e-4)}
@@ -221,6 +246,17 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert ident['arm_residual_after'] < ident['arm_residual_before']
     # The held-out strike's floor: the twin with the box's true values, on the same strike.
     assert 0 < ident['object_heldout_error_true_parameters'] < 0.05
+    # Every strike held out in turn (scoring): the last is the stage's own validation.
+    folds = ident['object_heldout_folds']
+    assert [f['strike'] for f in folds] == [0, 1, 2]
+    assert folds[-1]['before'] == ident['object_heldout_error_before']
+    assert folds[-1]['after'] == ident['object_heldout_error_after']
+    assert all(0 < f['before'] < 0.3 and 0 < f['after'] < 0.3 and 0 < f['floor'] < 0.05
+               for f in folds)
+    assert len({round(f['before'], 9) for f in folds}) == 3     # three different strikes
+    row = next(r for r in saved['summary']['per_cell'] if r['cell'] == spec.name)
+    assert row['heldout_folds']['strikes'] == 3
+    assert saved['summary']['object_heldout_folds_criterion_passed'] in (0, 1)
     assert saved['summary']['object_heldout_ratio_true_parameters'] == pytest.approx(
         [ident['object_heldout_error_true_parameters'] / ident['object_heldout_error_before']])
     # Three policies, each scored on the cell and in twins over the same trials.

@@ -490,6 +490,13 @@ def summarize(cells: list[dict]) -> dict:
         out['object_heldout_criterion_passed_true_floor'] = sum(r['pass_true_floor']
                                                                 for r in crit)
         out['object_heldout_criterion_cells'] = len(crit)
+    folds = [{'cell': r['cell'], **r['heldout_folds']} for r in out.get('per_cell', [])
+             if 'heldout_folds' in r]
+    if folds:     # every strike held out in turn, RMS per cell
+        out['object_heldout_folds_criterion'] = folds
+        out['object_heldout_folds_criterion_passed'] = sum(r['pass'] for r in folds)
+        out['object_heldout_folds_criterion_passed_true_floor'] = sum(
+            r['pass_true_floor'] for r in folds)
     return out
 
 
@@ -545,6 +552,9 @@ def _cell_row(c: dict, resolution: float | None = None) -> dict:
     ident = c['identification']
     if ident.get('object_heldout_error_before') is not None:
         row['heldout'] = heldout_verdict(ident, resolution)
+    folds = heldout_folds_verdict(ident.get('object_heldout_folds') or [], resolution)
+    if folds is not None:
+        row['heldout_folds'] = folds
     row['arm_fit_warnings'] = len(ident.get('arm_fit_warnings') or [])
     g = c.get('goals') or {}
     row['goals_adapted'] = bool(g.get('adapted'))
@@ -599,6 +609,24 @@ def heldout_verdict(ident: dict, resolution: float | None = None) -> dict:
                              ident['object_heldout_error_after'],
                              ident.get('object_heldout_error_true_parameters'),
                              ident.get('object_heldout_error_observable_true'), resolution)
+
+
+def heldout_folds_verdict(folds: list[dict], resolution: float | None = None) -> dict:
+    """:func:`heldout_criterion` of one cell over every strike held out in turn
+    (core/sysid/stage.heldout_folds): before, after and the floors as RMS over the strikes
+    (a strike whose figure is missing is left out of that one). Plus 'strikes': how many
+    scored. None when no strike has both a before and an after."""
+    folds = [f for f in folds if all(f.get(k) is not None and np.isfinite(f[k])
+                                     for k in ('before', 'after'))]
+    if not folds:
+        return None
+
+    def rms(key):
+        v = [f[key] for f in folds if f.get(key) is not None and np.isfinite(f[key])]
+        return float(np.sqrt(np.mean(np.square(v)))) if v else None
+    out = heldout_criterion(rms('before'), rms('after'), rms('floor'),
+                            rms('observable_floor'), resolution)
+    return {**out, 'strikes': len(folds)}
 
 
 def _within(rows, prior: bool = False, tol: float = 0.10) -> float:
@@ -726,4 +754,5 @@ def _plain(x):
 
 
 __all__ = ['HarnessConfig', 'OBSERVATIONS', 'POLICIES', 'SCHEMA', 'evaluate_cell',
-           'heldout_criterion', 'heldout_verdict', 'run', 'summarize', 'tracker_resolution']
+           'heldout_criterion', 'heldout_folds_verdict', 'heldout_verdict', 'run', 'summarize',
+           'tracker_resolution']

@@ -295,6 +295,11 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
                     'object_strikes': cfg.object_strikes})
     fit, ofit = out.fit, out.object_fit
     profile = out.timings['seconds']
+    t_folds = time.perf_counter()
+    folds = ident.heldout_folds(robot, conf, scene_path or '', obj_specs, strike_recs,
+                                settings, values=ident.arm_values(conf, conf.specs, fit),
+                                arm_priors={s.name: s.prior for s in conf.specs},
+                                reference=reference, last=ofit)
     record = {'arm_probes': len(probes), 'arm_residual_before': fit.residual_before,
               'arm_residual_after': fit.residual_after, 'arm_fit_s': fit.wall_time,
               'arm_fit_method': fit.method, 'arm_fit_warnings': fit.warnings,
@@ -307,6 +312,8 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
               'object_heldout_error_after': ofit.heldout_error_after,
               'object_heldout_error_true_parameters': ofit.heldout_error_reference,
               'object_heldout_error_observable_true': ofit.heldout_error_observable,
+              'object_heldout_folds': folds,
+              'object_heldout_folds_s': time.perf_counter() - t_folds,
               'tracker_displacement_error': [cell.displacement_error(r)
                                              for r in strike_recs],
               'object_heldout_along_before': ofit.heldout_along_before,
