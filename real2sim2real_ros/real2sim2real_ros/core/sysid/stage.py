@@ -471,18 +471,24 @@ def heldout_folds(robot, conf, scene: str, specs, recs, settings, *, values: dic
     (:func:`object_fit.score_heldout`, ``reference`` the true values: the floor); the last is
     the final fit ``last``'s own validation. One held-out rest says little where it lies
     within millimetres of the prior's (wide_5: 1.5 mm before); three say more, at no extra
-    motion. Returns [{'strike', 'before', 'after', 'floor', 'observable_floor'}] (m)."""
+    motion. Returns [{'strike', 'before', 'after', 'floor', 'observable_floor'}] (m); a
+    strike whose fold cannot be made (no usable strike left to fit) gets {'strike',
+    'error'} instead."""
     from .object_fit import score_heldout
     options = _object_options(conf)
     out = []
     for k, rec in enumerate(recs[:-1]):
         rest = [r for i, r in enumerate(recs) if i != k]
-        fit = validation_fit(robot, scene, specs, options, rest, settings=settings,
-                             values=values)
-        with _object_twin(robot, scene, settings, values, None) as twin:
-            scored = score_heldout(twin, specs, fit, [rec], options=options,
-                                   nthread=settings.nthread, arm_priors=arm_priors,
-                                   reference=reference)
+        try:
+            fit = validation_fit(robot, scene, specs, options, rest, settings=settings,
+                                 values=values)
+            with _object_twin(robot, scene, settings, values, None) as twin:
+                scored = score_heldout(twin, specs, fit, [rec], options=options,
+                                       nthread=settings.nthread, arm_priors=arm_priors,
+                                       reference=reference)
+        except ValueError as exc:      # identify_objects: no usable strike
+            out.append({'strike': k, 'error': str(exc)})
+            continue
         out.append(_fold(k, scored))
     out.append(_fold(len(recs) - 1, last))
     return out
