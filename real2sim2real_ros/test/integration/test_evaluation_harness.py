@@ -254,6 +254,9 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert all(0 < f['before'] < 0.3 and 0 < f['after'] < 0.3 and 0 < f['floor'] < 0.05
                for f in folds)
     assert len({round(f['before'], 9) for f in folds}) == 3     # three different strikes
+    # Scoring, timed apart from the identification's own wall time.
+    assert c['stage_seconds']['identify_heldout_folds'] == ident['object_heldout_folds_s'] > 0
+    assert c['stage_seconds']['identify'] >= ident['wall_s'] > 0
     row = next(r for r in saved['summary']['per_cell'] if r['cell'] == spec.name)
     assert row['heldout_folds']['strikes'] == 3
     assert saved['summary']['object_heldout_folds_criterion_passed'] in (0, 1)
@@ -345,7 +348,7 @@ def test_push_to_pose_through_the_harness_writes_the_documented_fields(tmp_path,
             assert p[where]['mean_error_m'] >= 0
         meta = json.loads((Path(p['checkpoint']) / 'policy.json').read_text())
         assert meta['task']['task'] == 'push_to_pose'
-    assert set(c['stage_seconds']) == {'reconstruct', 'identify', 'goals',
+    assert set(c['stage_seconds']) == {'reconstruct', 'identify', 'identify_heldout_folds', 'goals',
                                        *(f'{s}_{n}' for n in POLICIES
                                          for s in ('train', 'evaluate'))}
     # Closed loop: the tracker streamed frames during every push (5 Hz of cell time).
