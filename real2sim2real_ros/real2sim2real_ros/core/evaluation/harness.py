@@ -63,7 +63,8 @@ class HarnessConfig:
     train: dict = field(default_factory=dict)   # TrainConfig overrides
     randomization_min_relative: float = 0.05
     robot_urdf: str | None = None
-    identification_config: str | None = None   # config/identification.yaml format; None: it
+    # an identification config (config/identification.yaml format); None: the package's
+    identification_config: str | None = None
     object_id: str = 'box_0'         # the cell's object the task acts on (evaluator's choice)
     observation: str = 'tracker'     # what a policy on the cell sees: 'tracker' or 'truth'
     tracker_rate: float = 5.0        # Hz (object_tracker max_rate, config/params.yaml)

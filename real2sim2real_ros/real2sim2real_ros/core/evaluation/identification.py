@@ -221,10 +221,10 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
                   controller_config: str | None = None) -> dict:
     """Arm + object identification on ``world`` through the identification stage
     (core/sysid/stage.py, as the node runs it): the config is ``cfg.identification_config``
-    (default config/identification.yaml),
-    the servo gains the cell's controller configuration ``controller_config`` (a ros2_control
-    YAML, core/controller_config.py). Writes ``out_dir/identify_NNN``; returns the record
-    the harness reports (with the stage's per-sub-stage ``profile``)."""
+    (default config/identification.yaml), the servo gains the cell's controller
+    configuration ``controller_config`` (a ros2_control YAML, core/controller_config.py).
+    Writes ``out_dir/identify_NNN``; returns the record the harness reports (with the
+    stage's per-sub-stage ``profile``)."""
     from ..sysid import stage as ident
     from .object_identification import DepthTracker, offsets_in_twin_frame, tracked_models
     out_dir = Path(out_dir)
@@ -297,9 +297,7 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
     profile = out.timings['seconds']
     t_folds = time.perf_counter()
     folds = ident.heldout_folds(robot, conf, scene_path or '', obj_specs, strike_recs,
-                                settings, values=ident.arm_values(conf, conf.specs, fit),
-                                arm_priors={s.name: s.prior for s in conf.specs},
-                                reference=reference, last=ofit)
+                                settings, arm_fit=fit, reference=reference, last=ofit)
     record = {'arm_probes': len(probes), 'arm_residual_before': fit.residual_before,
               'arm_residual_after': fit.residual_after, 'arm_fit_s': fit.wall_time,
               'arm_fit_method': fit.method, 'arm_fit_warnings': fit.warnings,

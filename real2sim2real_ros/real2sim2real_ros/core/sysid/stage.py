@@ -236,6 +236,15 @@ def arm_values(config, arm_specs=(), fit=None, last: dict | None = None) -> dict
     return values
 
 
+def object_arm_context(config, arm_specs=(), fit=None,
+                       last: dict | None = None) -> tuple[dict, dict | None]:
+    """(the arm's values in the object twins (:func:`arm_values`), the arm priors the held-out
+    strike's 'before' twin uses: None without an arm fit). One definition for the stage's
+    object fits and the harness's held-out folds, so both see the same arm."""
+    priors = {s.name: s.prior for s in arm_specs} if fit is not None else None
+    return arm_values(config, arm_specs, fit, last), priors
+
+
 def _set_known(twin, values: dict) -> None:
     names = set(twin.parameter_names())
     twin.set_parameters({k: v for k, v in values.items() if k in names or _has(twin, k)})
@@ -463,11 +472,12 @@ def validation_fit(robot, scene: str, specs, options, recs, *, settings: FitSett
                                 nthread=settings.nthread, scores='none')
 
 
-def heldout_folds(robot, conf, scene: str, specs, recs, settings, *, values: dict,
-                  arm_priors: dict, reference: dict, last) -> list[dict]:
+def heldout_folds(robot, conf, scene: str, specs, recs, settings, *, arm_fit, reference: dict,
+                  last) -> list[dict]:
     """Every strike held out in turn (the evaluation harness's scoring; the stage holds out
     the last only): for each strike k but the last, the objects' fit on the others
-    (:func:`validation_fit`, on a fresh twin with the arm's final ``values``) scored on k
+    (:func:`validation_fit`, on a fresh twin with the arm as ``arm_fit``, the stage's arm
+    FitResult, left it: :func:`object_arm_context`) scored on k
     (:func:`object_fit.score_heldout`, ``reference`` the true values: the floor); the last is
     the final fit ``last``'s own validation. One held-out rest says little where it lies
     within millimetres of the prior's (wide_5: 1.5 mm before); three say more, at no extra
@@ -476,6 +486,7 @@ def heldout_folds(robot, conf, scene: str, specs, recs, settings, *, values: dic
     'error'} instead."""
     from .object_fit import score_heldout
     options = _object_options(conf)
+    values, arm_priors = object_arm_context(conf, conf.specs, arm_fit)
     out = []
     for k, rec in enumerate(recs[:-1]):
         rest = [r for i, r in enumerate(recs) if i != k]
@@ -588,8 +599,7 @@ def fit_and_write(robot, config, run_dir, *, arm_specs, object_specs, scene: str
         ofit = None
         if object_specs:
             say('fit objects', 0.8, float('nan'))
-            values = arm_values(config, arm_specs, fit, last_arm_values)
-            arm_priors = {s.name: s.prior for s in arm_specs} if fit is not None else None
+            values, arm_priors = object_arm_context(config, arm_specs, fit, last_arm_values)
             ofit = fit_objects(robot, scene, object_specs, config, list(strike_recs),
                                settings=settings, values=values, arm_priors=arm_priors,
                                reference=reference, timer=timer, validation=validation)
