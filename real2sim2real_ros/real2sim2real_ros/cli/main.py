@@ -374,8 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     describe_cli.add_parser(sub)
     reconstruct_cli.add_parser(sub)
     evaluate_cli.add_parser(sub)
-    from real2sim2real_ros.cli import loop_cli
+    from real2sim2real_ros.cli import grasp_cli, loop_cli
     loop_cli.add_parser(sub)
+    grasp_cli.add_parser(sub)
     try:
         from real2sim2real_ros.cli import bag_cli
         bag_cli.add_parser(sub)
@@ -403,7 +404,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv[:i + 1])
         return cmd_launch(args, argv[i + 1:])
     args = parser.parse_args(argv)
-    if args.verb in ('bag', 'capture', 'reconstruct', 'evaluate', 'describe'):
+    if args.verb in ('bag', 'capture', 'reconstruct', 'evaluate', 'describe', 'hold-test'):
         return args.func(args)
     try:
         return HANDLERS[args.verb](args, [])

@@ -197,13 +197,17 @@ class CellSpec:
         raise KeyError(f'no camera {name!r} in cell {self.name!r}')
 
     def urdf_path(self) -> str | None:
-        """Absolute URDF path, or None for the package's default cell arm.
+        """Absolute URDF path, or None for the package's default cell arm (``default``);
+        ``gripper`` is that arm with a parallel-jaw gripper (urdf/cell_arm_gripper.urdf).
 
         ``example-robot-data:<robot>[+pusher]`` names a robot of that package, with the
         default arm's pusher when ``+pusher`` (a generated file: core.tools.resolve_robot_urdf).
         """
         if self.robot.urdf == 'default':
             return None
+        if self.robot.urdf == 'gripper':
+            from .robot_description import gripper_cell_urdf
+            return str(gripper_cell_urdf())
         if self.robot.urdf.startswith('example-robot-data:'):
             from .tools import ToolError, resolve_robot_urdf
             try:

@@ -29,6 +29,10 @@ How each spec value is expressed in Drake's terms:
   object-robot) contact, static = ``drake.static_friction_ratio`` times it. Drake combines two
   geometries' coefficients as ``2 a b / (a + b)``; the object's own coefficient is solved so
   that the pair has the object's value, the table and robot carry the table's.
+* a gripper (core/grasping/jaw.py): the driven finger is a PD actuator with the jaw servo's
+  gains, its effort limit the commanded maximum effort (set per command), the mirrored finger
+  Drake's coupler constraint from the URDF's ``<mimic>``. A held object (lifted clear of the
+  table) sticks or slides by its speed relative to the gripper, not in the world.
 * ``contact.*`` (solref, solimp, integrator, cone, impratio, iterations): MuJoCo-only, not
   used; ``contact.timestep`` is the plant's time step. Torsional / rolling friction and
   ``edge_radius`` have no Drake counterpart here (sharp boxes).
@@ -64,6 +68,7 @@ ROBOT_MODEL = 'robot'
 FRICTION_VELOCITY = 0.01        # rad/s, regularisation of the Coulomb joint friction
 STICK_SPEED = 0.002             # m/s, an object slower than this sticks (static friction)
 SLIP_SPEED = 0.005              # m/s, one faster than this slides (dynamic friction)
+LIFT_CLEARANCE = 0.005          # m above its resting height: an object off the table
 DRAKE_MESH_SUFFIXES = ('.obj', '.gltf', '.vtk')
 RENDERER = 'vtk'
 
@@ -252,6 +257,9 @@ class DrakeWorld(ServoCellBase):
             act.set_default_gear_ratio(1.0)
             act.set_controller_gains(PdControllerGains(p=float(self.kp[i]), d=float(self.kv[i])))
             self._joints.append((joint, act))
+        self._jaw = self._add_jaw(plant, robot, PdControllerGains)
+        tip = self.robot.description.tip_link if self.robot.description is not None else None
+        self._tip_body = plant.GetBodyByName(tip, robot) if self._jaw is not None else None
 
         # Table and floor (rigid), objects (compliant) with solved per-geometry friction.
         t = spec.table
@@ -270,6 +278,7 @@ class DrakeWorld(ServoCellBase):
         self._bodies = {}
         self._friction_props = {}
         self._half_diagonal = {}
+        self._rest_z = {}
         self._forces = {}
         for k, obj in enumerate(spec.objects):
             field = f'objects[{k}].friction[0]'
@@ -291,6 +300,7 @@ class DrakeWorld(ServoCellBase):
                                          np.asarray(obj.rgba, float))
             self._bodies[obj.id] = body
             self._half_diagonal[obj.id] = 0.5 * float(np.hypot(*obj.extents[:2]))
+            self._rest_z[obj.id] = t.height + 0.5 * float(obj.extents[2])
         plant.Finalize()
 
         # Robot collision geometry: the table's friction (so an object-robot pair gets the
@@ -324,10 +334,14 @@ class DrakeWorld(ServoCellBase):
         self._plant_context = plant.GetMyMutableContextFromRoot(self._context)
         self._qidx = np.array([j.position_start() for j, _ in self._joints])
         self._vidx = np.array([j.velocity_start() for j, _ in self._joints])
-        # Actuation / desired-state ports are in the instance's actuator order.
+        # Actuation / desired-state ports are in the instance's actuator order: the arm's
+        # slots (_arm_slots, joints _act_order) and the jaw's (_jaw_slot).
         order = [plant.get_joint_actuator(a).joint().name()
                  for a in plant.GetJointActuatorIndices(robot)]
-        self._act_order = np.array([self.joint_names.index(nm) for nm in order])
+        self._arm_slots = np.array([k for k, nm in enumerate(order) if nm in self.joint_names])
+        self._act_order = np.array([self.joint_names.index(order[k]) for k in self._arm_slots])
+        self._jaw_slot = order.index(self._jaw.joints.joint) if self._jaw else None
+        self._n_act = len(order)
         self._desired = plant.get_desired_state_input_port(robot).FixValue(
             self._plant_context, np.zeros(2 * len(order)))
         self._ff = plant.get_actuation_input_port(robot).FixValue(
@@ -381,9 +395,41 @@ class DrakeWorld(ServoCellBase):
     def _vector(self, port_value, values):
         port_value.GetMutableData().get_mutable_value().SetFromVector(np.asarray(values, float))
 
-    def _set_servo(self, q_ref, v_ref):
-        o = self._act_order
-        self._vector(self._desired, np.concatenate([q_ref[o], v_ref[o]]))
+    def _add_jaw(self, plant, robot, gains_type):
+        """The gripper's driven finger as a PD actuator (JawServo's gains; the effort cap is
+        the actuator's limit, set per command); its mimic followers are Drake's coupler
+        constraints from the URDF's <mimic>. None without a gripper."""
+        from .grasping.jaw import JawServo, gripper_joints, moving_mass
+        desc = self.robot.description
+        joints = gripper_joints(desc) if desc is not None else None
+        if joints is None:
+            return None
+        model = desc.compile()
+        dofs = [int(model.jnt_dofadr[model.joint(n).id]) for n in (joints.joint,
+                                                                   *joints.followers)]
+        jaw = JawServo(joints, moving_mass(model, dofs))
+        joint = plant.GetJointByName(joints.joint, robot)
+        act = plant.AddJointActuator(joints.joint, joint, joints.max_effort)
+        act.set_controller_gains(gains_type(p=jaw.kp, d=jaw.kv))
+        self._jaw_actuator = act
+        self._jaw_joints = [joint] + [plant.GetJointByName(f, robot) for f in joints.followers]
+        self._jaw_start = float(desc.held_positions[desc.held_joint_names.index(joints.joint)])
+        return jaw
+
+    def _apply_jaw_effort(self) -> None:
+        self._jaw_actuator.set_effort_limit(self._jaw.max_effort)
+
+    def _jaw_position(self) -> float:
+        return float(self.plant.GetPositions(self._plant_context)[
+            self._jaw_joints[0].position_start()])
+
+    def _set_servo(self, q_ref, v_ref, jaw_ref: float | None = None):
+        o, k, n = self._act_order, self._arm_slots, self._n_act
+        desired = np.zeros(2 * n)
+        desired[k], desired[n + k] = q_ref[o], v_ref[o]
+        if self._jaw_slot is not None:
+            desired[self._jaw_slot] = self._jaw_position() if jaw_ref is None else jaw_ref
+        self._vector(self._desired, desired)
 
     def reset(self):
         """Robot at its initial positions, objects at their spec poses, time 0."""
@@ -392,6 +438,11 @@ class DrakeWorld(ServoCellBase):
             self._context.SetTime(0.0)
             q = self.plant.GetPositions(self._plant_context)
             q[self._qidx] = self.initial_positions
+            if self._jaw is not None:
+                for joint in self._jaw_joints:
+                    q[joint.position_start()] = self._jaw_start
+                self._jaw.reset(self._jaw_start)
+                self._apply_jaw_effort()
             self.plant.SetPositions(self._plant_context, q)
             self._step_count = 0
             n = len(self.joint_names)
@@ -421,13 +472,20 @@ class DrakeWorld(ServoCellBase):
         n = len(self.joint_names)
         q, qd = self._true_q(), self._true_v()
         tau = np.zeros(n)
-        tau[self._act_order] = self.plant.get_net_actuation_output_port(
-            self._robot_instance).Eval(self._plant_context)
+        net = self.plant.get_net_actuation_output_port(self._robot_instance).Eval(
+            self._plant_context)
+        tau[self._act_order] = net[self._arm_slots]
         if std > 0:
             q += self._rng.normal(0.0, std, n)
             qd += self._rng.normal(0.0, std / 0.01, n)   # a 100 Hz finite difference's noise
             tau += self._rng.normal(0.0, 0.05, n)
         self._measured = (q, qd, tau)
+        if self._jaw is not None:
+            j = self._jaw_joints[0]
+            self._jaw_measured = (
+                self._jaw_position(),
+                float(self.plant.GetVelocities(self._plant_context)[j.velocity_start()]),
+                float(net[self._jaw_slot]))
 
     def true_joint_positions(self) -> np.ndarray:
         """Noise-free joint positions (evaluator / tests only; truth)."""
@@ -437,9 +495,12 @@ class DrakeWorld(ServoCellBase):
 
     # -------------------------------------------------------------------- control
     def hold(self):
-        """Stop: hold the current (true) position from now on."""
+        """Stop: hold the current (true) position from now on; the jaw's reference stays
+        where it is (JawServo.hold: a loaded jaw keeps squeezing)."""
         with self.lock:
             self.follower.hold(self._true_q(), self.time)
+            if self._jaw is not None:
+                self._jaw.hold()
 
     def step_for(self, duration: float) -> int:
         """Advance physics by ``duration`` seconds (rounded to whole steps); returns steps."""
@@ -458,9 +519,13 @@ class DrakeWorld(ServoCellBase):
         self._delay.append((ref[0], ref[1]))
         q_ref, v_ref = self._delay.popleft()
         self._applied_q = q_ref
-        self._set_servo(q_ref, v_ref)
+        jaw_ref = (self._jaw.advance(self._dt, self._jaw_position())
+                   if self._jaw is not None else None)
+        self._set_servo(q_ref, v_ref, jaw_ref)
         tau_g = plant.CalcGravityGeneralizedForces(ctx)[self._vidx]
-        self._vector(self._ff, (-self._spec.robot.gravity_compensation * tau_g)[self._act_order])
+        ff = np.zeros(self._n_act)
+        ff[self._arm_slots] = (-self._spec.robot.gravity_compensation * tau_g)[self._act_order]
+        self._vector(self._ff, ff)
         applied = np.zeros(plant.num_velocities())
         applied[self._vidx] = -self._frictionloss * np.tanh(self._true_v() / FRICTION_VELOCITY)
         self._vector(self._applied, applied)
@@ -470,15 +535,14 @@ class DrakeWorld(ServoCellBase):
 
     def _update_friction(self):
         """Static above dynamic friction on a discrete plant, which uses only the dynamic
-        coefficient: an object slower than STICK_SPEED (planar, at its corners) gets the pair's
-        static coefficient as its contact friction, one faster than SLIP_SPEED the dynamic one
-        (hysteresis between), switched in the SceneGraph context."""
+        coefficient: an object sliding slower than STICK_SPEED (_slip_speed: planar, at its
+        corners; relative to the gripper once lifted) gets the pair's static coefficient as its
+        contact friction, one faster than SLIP_SPEED the dynamic one (hysteresis between),
+        switched in the SceneGraph context."""
         from pydrake.geometry import RoleAssign
         sg_ctx = None
         for oid, body in self._bodies.items():
-            V = self.plant.EvalBodySpatialVelocityInWorld(self._plant_context, body)
-            speed = (np.hypot(*V.translational()[:2])
-                     + abs(V.rotational()[2]) * self._half_diagonal[oid])
+            speed = self._slip_speed(oid, body)
             mode = self._friction_mode[oid]
             new = ('static' if speed < STICK_SPEED else 'dynamic' if speed > SLIP_SPEED
                    else mode or 'static')
@@ -489,6 +553,26 @@ class DrakeWorld(ServoCellBase):
                 self.scene_graph.AssignRole(sg_ctx, self.plant.get_source_id(), gid,
                                             props[new], RoleAssign.kReplace)
                 self._friction_mode[oid] = new
+
+    def _slip_speed(self, oid: str, body) -> float:
+        """How fast the object slides: on the table, its planar speed at its corners; lifted
+        clear of the table (LIFT_CLEARANCE above its spec resting height) on a robot with a
+        gripper, the same relative to the gripper's tip (a held object moves with the jaw,
+        it does not slide on it)."""
+        plant, ctx = self.plant, self._plant_context
+        V = plant.EvalBodySpatialVelocityInWorld(ctx, body)
+        v, w = np.array(V.translational()), np.array(V.rotational())
+        if self._jaw is not None:
+            p = plant.EvalBodyPoseInWorld(ctx, body).translation()
+            if p[2] > self._rest_z[oid] + LIFT_CLEARANCE:
+                X_tip = plant.EvalBodyPoseInWorld(ctx, self._tip_body)
+                V_tip = plant.EvalBodySpatialVelocityInWorld(ctx, self._tip_body)
+                w_tip = np.array(V_tip.rotational())
+                v = v - (np.array(V_tip.translational())
+                         + np.cross(w_tip, p - X_tip.translation()))
+                w = w - w_tip
+                return float(np.linalg.norm(v) + np.linalg.norm(w) * self._half_diagonal[oid])
+        return float(np.hypot(*v[:2]) + abs(w[2]) * self._half_diagonal[oid])
 
     # -------------------------------------------------------------------- objects
     def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -26,6 +26,7 @@ from . import camera_model
 from .cell_spec import CameraSpec, CellSpec, ObjectSpec
 from .depth_noise import apply_depth_noise
 from .geometry import yaw_quat
+from .grasping.jaw import MujocoJaw, gripper_joints
 from .joint_trajectory import TrajectoryFollower
 from .offscreen import mujoco_renderer
 from .truth import TruthDoor
@@ -171,6 +172,11 @@ class EmulatedWorld(ServoCellBase):
         self._model = self._build(damping, frictionloss, armature)
         self._data = mujoco.MjData(self._model)
         self._index()
+        desc = self.robot.description
+        self._jaw = (MujocoJaw(self._model, desc, ROBOT_PREFIX)
+                     if desc is not None and gripper_joints(desc) is not None else None)
+        self._jaw_start = (float(desc.held_positions[desc.held_joint_names.index(
+            self._jaw.joints.joint)]) if self._jaw is not None else 0.0)
         self._rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 1]))
         self._depth_rngs = {c.name: np.random.default_rng(np.random.SeedSequence([spec.seed, 2, i]))
                             for i, c in enumerate(spec.cameras)}
@@ -345,6 +351,8 @@ class EmulatedWorld(ServoCellBase):
         with self.lock:
             mujoco.mj_resetData(self._model, self._data)
             self._data.qpos[self._qadr] = self.initial_positions
+            if self._jaw is not None:
+                self._jaw.reset(self._jaw_start, self._data)
             self._set_ctrl(self.initial_positions, np.zeros(len(self.joint_names)))
             self.follower.hold(self.initial_positions, 0.0)
             hold = (self.initial_positions.copy(), np.zeros(len(self.joint_names)))
@@ -371,6 +379,8 @@ class EmulatedWorld(ServoCellBase):
             qd += self._rng.normal(0.0, std / 0.01, n)
             tau += self._rng.normal(0.0, 0.05, n)
         self._measured = (q, qd, tau)
+        if self._jaw is not None:
+            self._jaw_measured = self._jaw.state(self._data)
 
     def true_joint_positions(self) -> np.ndarray:
         """Noise-free joint positions (evaluator / tests only; through the truth door)."""
@@ -380,9 +390,12 @@ class EmulatedWorld(ServoCellBase):
 
     # -------------------------------------------------------------------- control
     def hold(self):
-        """Stop: hold the current (true) position from now on."""
+        """Stop: hold the current (true) position from now on; the jaw's reference stays
+        where it is (JawServo.hold: a loaded jaw keeps squeezing)."""
         with self.lock:
             self.follower.hold(self._data.qpos[self._qadr].copy(), self.time)
+            if self._jaw is not None:
+                self._jaw.hold()
 
     def step_for(self, duration: float) -> int:
         """Advance physics by ``duration`` seconds (rounded to whole steps); returns steps."""
@@ -402,6 +415,8 @@ class EmulatedWorld(ServoCellBase):
         q_ref, v_ref = self._delay.popleft()
         self._applied_q = q_ref
         self._set_ctrl(q_ref, v_ref)
+        if self._jaw is not None:
+            self._jaw.step(self._data, self._model.opt.timestep)
         mujoco.mj_step(self._model, self._data)
 
     # -------------------------------------------------------------------- objects

@@ -299,19 +299,29 @@ class RobotDescription:
 # --------------------------------------------------------------------------- URDF input
 
 
-def default_cell_urdf() -> Path:
-    """The default cell arm's URDF (installed share dir when available, else source tree)."""
+def _package_urdf(filename: str, what: str) -> Path:
     try:
         from ament_index_python.packages import get_package_share_directory
-        path = Path(get_package_share_directory(PACKAGE_NAME)) / 'urdf' / 'cell_arm.urdf'
+        path = Path(get_package_share_directory(PACKAGE_NAME)) / 'urdf' / filename
         if path.is_file():
             return path
     except Exception:  # not installed / ament_index not importable
         pass
-    path = Path(__file__).resolve().parents[2] / 'urdf' / 'cell_arm.urdf'
+    path = Path(__file__).resolve().parents[2] / 'urdf' / filename
     if not path.is_file():
-        raise RobotDescriptionError(f'default cell URDF not found (looked for {path})')
+        raise RobotDescriptionError(f'{what} URDF not found (looked for {path})')
     return path
+
+
+def default_cell_urdf() -> Path:
+    """The default cell arm's URDF (installed share dir when available, else source tree)."""
+    return _package_urdf('cell_arm.urdf', 'default cell')
+
+
+def gripper_cell_urdf() -> Path:
+    """The default cell arm with a parallel-jaw gripper instead of the pusher
+    (urdf/cell_arm_gripper.urdf; a cell spec's ``robot.urdf: gripper``)."""
+    return _package_urdf('cell_arm_gripper.urdf', 'gripper cell')
 
 
 def _read_urdf(urdf: str | os.PathLike, base_dir: Path | None) -> tuple[str, Path | None, str]:

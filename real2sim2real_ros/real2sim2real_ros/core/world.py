@@ -26,6 +26,7 @@ import numpy as np
 
 from . import camera_model
 from .cell_spec import CameraSpec, CellSpec
+from .grasping.jaw import GripperError
 from .joint_trajectory import JointTrajectoryCommand
 
 ENGINES = ('mujoco', 'drake')
@@ -110,6 +111,17 @@ class CellWorld(Protocol):
         """Noise-free joint positions (rad; evaluator / tests only, through the truth door)."""
 
     # cameras
+    @property
+    def has_gripper(self) -> bool:
+        """True when the robot carries a parallel-jaw gripper."""
+
+    def command_gripper(self, position: float, max_effort: float | None = None,
+                        speed: float | None = None) -> None:
+        """Jaw towards ``position`` (m) with at most ``max_effort`` (N) at ``speed`` (m/s)."""
+
+    def gripper_state(self) -> tuple[float, float, float]:
+        """Measured jaw (position m, velocity m/s, effort N)."""
+
     def camera_spec(self, name: str) -> CameraSpec:
         """The CameraSpec of camera ``name``."""
 
@@ -179,6 +191,44 @@ class ServoCellBase:
         """Position setpoint the servos see now (after the latency); for tests."""
         with self.lock:
             return self._applied_q.copy()
+
+    # ---------------------------------------------------------------- gripper
+    @property
+    def has_gripper(self) -> bool:
+        """True when the robot carries a parallel-jaw gripper (core/grasping/jaw.py)."""
+        return getattr(self, '_jaw', None) is not None
+
+    def _require_jaw(self):
+        if not self.has_gripper:
+            raise GripperError(f'the cell robot {self.robot_name()!r} has no parallel-jaw '
+                               'gripper')
+        return self._jaw
+
+    def robot_name(self) -> str:
+        """The robot model's name (its URDF's)."""
+        return getattr(self.robot.description, 'name', 'robot')
+
+    def command_gripper(self, position: float, max_effort: float | None = None,
+                        speed: float | None = None) -> None:
+        """Move the jaw towards ``position`` (m) with at most ``max_effort`` (N) at ``speed``
+        (m/s); JawServo.command's checks (GripperError names a bad value)."""
+        with self.lock:
+            jaw = self._require_jaw()
+            jaw.command(position, max_effort, speed)
+            self._apply_jaw_effort()
+
+    def gripper_state(self) -> tuple[float, float, float]:
+        """Measured jaw (position m, velocity m/s, effort N), as /joint_states carries it."""
+        with self.lock:
+            self._require_jaw()
+            return self._jaw_measured
+
+    def gripper_joint_name(self) -> str:
+        """The jaw's driven joint (its /joint_states name)."""
+        return self._require_jaw().joints.joint
+
+    def _apply_jaw_effort(self) -> None:
+        """Engine hook: make the jaw's effort cap (``self._jaw.max_effort``) take effect."""
 
     def intrinsics(self, name: str) -> camera_model.Intrinsics:
         """Pinhole intrinsics of camera ``name`` from the spec."""
