@@ -119,6 +119,11 @@ class CellWorld(Protocol):
                         speed: float | None = None) -> None:
         """Jaw towards ``position`` (m) with at most ``max_effort`` (N) at ``speed`` (m/s)."""
 
+    def hold_gripper(self) -> None:
+        """Stop the jaw only (JawServo.hold: a loaded jaw keeps squeezing); the arm runs on."""
+        with self.lock:
+            self._require_jaw().hold()
+
     def gripper_state(self) -> tuple[float, float, float]:
         """Measured jaw (position m, velocity m/s, effort N)."""
 
@@ -216,6 +221,11 @@ class ServoCellBase:
             jaw = self._require_jaw()
             jaw.command(position, max_effort, speed)
             self._apply_jaw_effort()
+
+    def hold_gripper(self) -> None:
+        """Stop the jaw only (JawServo.hold: a loaded jaw keeps squeezing); the arm runs on."""
+        with self.lock:
+            self._require_jaw().hold()
 
     def gripper_state(self) -> tuple[float, float, float]:
         """Measured jaw (position m, velocity m/s, effort N), as /joint_states carries it."""

@@ -1,0 +1,89 @@
+"""The emulated cell's gripper over the wire: ``gripper_controller/gripper_cmd`` as
+control_msgs ParallelGripperCommand (and GripperCommand where configured) on a cell whose
+robot carries a gripper; the jaw in ``joint_states``; a goal outside the jaw's limits is
+rejected with one log line naming the field, and the node keeps serving."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from real2sim2real_ros.ros.topic_listener import TopicListener
+
+pytestmark = pytest.mark.integration
+
+CELLS = Path(__file__).resolve().parents[2] / 'config' / 'cells'
+JAW = 'left_finger_joint'
+
+
+def _spec(tmp_path) -> Path:
+    spec = yaml.safe_load((CELLS / 'default.yaml').read_text())
+    spec['robot']['urdf'] = 'gripper'
+    path = tmp_path / 'gripper_cell.yaml'
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _goal(action, kind, position, effort=0.0):
+    from sensor_msgs.msg import JointState
+    goal = action.Goal()
+    if kind == 'parallel_gripper_command':
+        goal.command = JointState(name=[JAW], position=[position],
+                                  effort=[effort] if effort else [])
+    else:
+        goal.command.position, goal.command.max_effort = position, effort
+    return goal
+
+
+def _position(kind, result) -> float:
+    return result.state.position[0] if kind == 'parallel_gripper_command' else result.position
+
+
+@pytest.mark.parametrize('kind', ['parallel_gripper_command', 'gripper_command'])
+def test_gripper_action_opens_closes_and_rejects_out_of_range(tmp_path, kind):
+    from control_msgs.action import GripperCommand, ParallelGripperCommand
+    from sensor_msgs.msg import JointState
+
+    from real2sim2real_ros.ros.commander import Commander, CommanderError
+    action = ParallelGripperCommand if kind == 'parallel_gripper_command' else GripperCommand
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'real2sim2real_ros.nodes.emulated_cell_node', '--ros-args',
+         '-p', f'cell_spec:={_spec(tmp_path)}', '-p', 'real_time:=false',
+         '-p', 'enable_cameras:=false', '-p', f'gripper_action_type:={kind}'],
+        env=dict(os.environ), cwd=tmp_path, text=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    joints = TopicListener(JointState, 'joint_states')
+    cmd = Commander(node_name='gripper_test')
+    try:
+        opened = cmd.run_action(action, 'gripper_controller/gripper_cmd',
+                                _goal(action, kind, 0.04), timeout=60)
+        assert opened.reached_goal and not opened.stalled
+        assert _position(kind, opened) == pytest.approx(0.04, abs=0.01)   # goal_tolerance
+        assert joints.wait_for(5, timeout=30)
+        last = joints.snapshot()[-1][1]
+        assert last.name[-1] == JAW and len(last.name) == 7 == len(last.effort)
+        assert last.position[-1] == pytest.approx(_position(kind, opened), abs=0.005)
+        with pytest.raises(CommanderError, match='rejected'):
+            cmd.run_action(action, 'gripper_controller/gripper_cmd', _goal(action, kind, 0.2),
+                           timeout=30)
+        closed = cmd.run_action(action, 'gripper_controller/gripper_cmd',
+                                _goal(action, kind, 0.0, effort=5.0), timeout=60)
+        assert closed.reached_goal and _position(kind, closed) < 0.01
+        assert proc.poll() is None
+    finally:
+        cmd.close()
+        joints.close()
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    rejected = [ln for ln in err.splitlines() if 'goal rejected' in ln]
+    field = 'command.position[0]' if kind == 'parallel_gripper_command' else 'command.position'
+    assert len(rejected) == 1 and field in rejected[0] and 'outside' in rejected[0], err
