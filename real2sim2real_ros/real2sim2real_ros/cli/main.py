@@ -73,6 +73,33 @@ def cmd_execute(args, _rest) -> int:
     return 0
 
 
+def cmd_grip(args, _rest) -> int:
+    """``r2s2r grip open|close|position``: the executor's ~/grip (armed, within its limits)."""
+    from real2sim2real_msgs.action import Grip
+    from real2sim2real_ros.ros.goal_client import code_name
+    if args.command == 'position' and args.position is None:
+        print('r2s2r grip: error: position needs --position M', file=sys.stderr)
+        return 2
+    goal = Grip.Goal(command=args.command, position=float(args.position or 0.0),
+                     max_effort=float(args.effort or 0.0), max_speed=float(args.speed or 0.0),
+                     record=not args.no_record)
+    with _commander(args) as cmd:
+        try:
+            result = cmd.run_action(Grip, 'robot_executor/grip', goal, timeout=args.timeout)
+        except KeyboardInterrupt:
+            cmd.cancel_current_goal()
+            print('cancelled')
+            return 130
+    if result.error_code:
+        print(f'grip: {code_name(Grip.Result, result.error_code)}: {result.error_msg}')
+        return 1
+    how = 'stalled on an object' if result.stalled else 'reached' if result.reached_goal \
+        else 'ended'
+    print(f'grip {args.command}: {how}; jaw {1000 * result.position:.1f} mm, effort '
+          f'{abs(result.effort):.1f} N, {result.duration:.2f} s; bag {result.bag_path or "-"}')
+    return 0
+
+
 def cmd_identify(args, _rest) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -309,6 +336,16 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser('execute', help='execute a joint trajectory (YAML file) on the robot')
     e.add_argument('trajectory', help='YAML: joint_names: [...], points: [{t: s, q: [...]}, ...]')
     e.add_argument('--no-record', action='store_true', help='do not record an MCAP bag')
+    g = sub.add_parser('grip', help='open or close the gripper through the armed executor')
+    g.add_argument('command', choices=('open', 'close', 'position'),
+                   help='open / close the jaw, or move it to --position')
+    g.add_argument('--position', type=float, default=None, help='jaw joint value, m')
+    g.add_argument('--effort', type=float, default=None,
+                   help='max effort, N (default: the executor\'s gripper_default_effort)')
+    g.add_argument('--speed', type=float, default=None,
+                   help='max jaw speed, m/s (default: the executor\'s gripper_max_speed)')
+    g.add_argument('--timeout', type=float, default=30.0, help='seconds for the whole goal')
+    g.add_argument('--no-record', action='store_true', help='do not record an MCAP bag')
     i = sub.add_parser('identify', help='identify the twin\'s physical parameters from '
                        'recorded bags, or from live probes through the ARMED executor')
     i.add_argument('--bags', nargs='+', default=[], metavar='BAG',
@@ -388,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
 HANDLERS = {
     'launch': cmd_launch, 'status': cmd_status, 'arm': _trigger('arm'),
     'disarm': _trigger('disarm'), 'stop': _trigger('stop'), 'execute': cmd_execute,
+    'grip': cmd_grip,
     'reset-objects': cmd_reset_objects, 'identify': cmd_identify,
     'train': cmd_train, 'evaluate-policy': cmd_evaluate_policy,
     'execute-policy': cmd_execute_policy, 'record-demos': cmd_record_demos,

@@ -24,7 +24,8 @@ from .parameters import ParameterError
 __all__ = ['CONTROLLERS_DIR', 'cell_controller_config', 'load_servo_gains']
 
 CONTROLLERS_DIR = 'controllers'
-ROBOT_CONTROLLERS = {'default': 'default_arm.yaml', 'example-robot-data:ur5': 'ur5.yaml',
+ROBOT_CONTROLLERS = {'default': 'default_arm.yaml', 'gripper': 'gripper_arm.yaml',
+                     'example-robot-data:ur5': 'ur5.yaml',
                      'example-robot-data:ur5+pusher': 'ur5.yaml',
                      'example-robot-data:panda': 'panda.yaml',
                      'example-robot-data:panda+pusher': 'panda.yaml',

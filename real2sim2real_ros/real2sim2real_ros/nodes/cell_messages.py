@@ -73,6 +73,13 @@ def trajectory_command_from_msg(msg: JointTrajectory, start_time) -> JointTrajec
                                   stacked('velocities'), stacked('accelerations'), start_time)
 
 
+def append_joint(msg: JointState, name: str, state) -> None:
+    """Add joint ``name`` with its (position, velocity, effort) to a JointState."""
+    msg.name.append(name)
+    for values, x in zip((msg.position, msg.velocity, msg.effort), state, strict=True):
+        values.append(float(x))
+
+
 def image_msg(pixels: np.ndarray, encoding: str, width: int, height: int, time_stamp,
               frame_id: str) -> Image:
     """sensor_msgs/Image of (height, width[, channels]) ``pixels`` (little endian)."""

@@ -11,10 +11,9 @@ Offers the ROS surface a real cell has, so the pipeline cannot tell it apart:
   JTC's goal check, tolerances, feedback, preemption and cancel = hold (ros/fjt_server.py,
   core/trajectory_goal.py); parameters ``constraints.*``, ``controller_active``,
   ``invalid_goal_response``, ``action_monitor_rate``
-* with a gripper on the robot (core/grasping/jaw.py): action
-  ``<gripper_controller>/gripper_cmd`` (control_msgs/action/ParallelGripperCommand, or
-  GripperCommand with ``gripper_action_type: gripper_command``; ros/gripper_server.py), and
-  the jaw's driven joint in ``joint_states`` (position m, velocity m/s, effort N)
+* a robot with a gripper (core/grasping/jaw.py): action ``<gripper_controller>/gripper_cmd``
+  (control_msgs ParallelGripperCommand or GripperCommand: ros/gripper_server.py), and the
+  jaw's driven joint in ``joint_states`` (position m, velocity m/s, effort N)
 * ``<controller>/controller_state``: control_msgs/JointTrajectoryControllerState when
   control_msgs is importable; otherwise two sensor_msgs/JointState topics
   ``<controller>/controller_state/reference`` (positions, velocities, efforts = accelerations)
@@ -82,6 +81,7 @@ from ..core.joint_trajectory import TrajectoryError
 from ..core.pacing import RealTimePacer
 from ..core.world import make_world
 from ..ros import qos
+from ..ros.gripper_server import gripper_server_for
 from ..ros.params import Param, bind_checked
 from ..ros.ros_main import ConfigurationError, run_node
 from . import cell_messages
@@ -95,12 +95,6 @@ try:  # The controller's action: the real control_msgs or the stand-in make setu
     from ..ros.fjt_server import FollowJointTrajectoryServer
 except ImportError:  # pragma: no cover - depends on the machine
     FollowJointTrajectory = None
-try:  # The gripper controller's actions (control_msgs or its stand-in).
-    from control_msgs.action import GripperCommand, ParallelGripperCommand
-
-    from ..ros.gripper_server import GripperActionServer
-except ImportError:  # pragma: no cover - depends on the machine
-    GripperActionServer = None
 try:
     from geometry_msgs.msg import TransformStamped
     from tf2_msgs.msg import TFMessage
@@ -116,8 +110,8 @@ PARAMETERS = (
           read_only=True),
     Param('controller_name', 'joint_trajectory_controller', 'namespace of the JTC topics',
           read_only=True),
-    Param('gripper_controller_name', 'gripper_controller', 'namespace of the gripper '
-          'action (a robot with a gripper only)', read_only=True),
+    Param('gripper_controller_name', 'gripper_controller', 'namespace of the gripper action',
+          read_only=True),
     Param('gripper_action_type', 'parallel_gripper_command', "the gripper action's type: "
           'control_msgs ParallelGripperCommand or GripperCommand',
           choices=('parallel_gripper_command', 'gripper_command'), read_only=True),
@@ -171,7 +165,7 @@ class EmulatedCellNode(Node):
         self.fjt = None if FollowJointTrajectory is None else FollowJointTrajectoryServer(
             self, self.world, self.controller, FollowJointTrajectory,
             trajectory_command_from_msg, lambda: self.t0)
-        self.gripper = self._make_gripper_server()
+        self.gripper = gripper_server_for(self, self.world, self.p)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._physics_loop, name='physics',
                                           daemon=True)]
@@ -190,14 +184,6 @@ class EmulatedCellNode(Node):
             f'{"real time" if self.real_time else "fast mode (publishing /clock)"}')
 
     # ------------------------------------------------------------------ setup
-    def _make_gripper_server(self):
-        if not self.world.has_gripper or GripperActionServer is None:
-            return None
-        kind = self.p.gripper_action_type
-        action = ParallelGripperCommand if kind == 'parallel_gripper_command' else GripperCommand
-        return GripperActionServer(self, self.world, self.p.gripper_controller_name, action,
-                                   kind)
-
     def _apply_rates(self, p):
         """Publishing periods from the rate parameters (at start and after each set)."""
         self.joint_period = 1.0 / p.joint_state_rate
@@ -441,9 +427,7 @@ class EmulatedCellNode(Node):
         msg = JointState(name=list(w.joint_names), position=q.tolist(), velocity=v.tolist(),
                          effort=e.tolist())
         if jaw is not None:
-            msg.name.append(w.gripper_joint_name())
-            for values, x in zip((msg.position, msg.velocity, msg.effort), jaw, strict=True):
-                values.append(x)
+            cell_messages.append_joint(msg, w.gripper_joint_name(), jaw)
             if self.gripper is not None:
                 self.gripper.update(state['time'], jaw)
         msg.header.stamp = time_stamp

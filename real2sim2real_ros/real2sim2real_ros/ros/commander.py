@@ -56,7 +56,8 @@ GRAPH = {
     'robot_executor': (
         ['robot_executor/arm', 'robot_executor/disarm', 'robot_executor/stop',
          'robot_executor/get_status'],
-        ['robot_executor/execute_trajectory', 'robot_executor/execute_policy']),
+        ['robot_executor/execute_trajectory', 'robot_executor/execute_policy',
+         'robot_executor/grip']),
     'sim_server': (
         ['sim_server/reset', 'sim_server/set_pause', 'sim_server/step',
          'sim_server/set_physical_parameters', 'sim_server/get_physical_parameters',

@@ -168,7 +168,8 @@ class GripperActionServer:
         out = active.outcome
         if out.succeeded:
             handle.succeed()
-            log.info(f'gripper_cmd: succeeded ({"reached goal" if out.reached_goal else out.message})')
+            how = 'reached goal' if out.reached_goal else out.message
+            log.info(f'gripper_cmd: succeeded ({how})')
         else:
             handle.abort()
             log.warning(f'gripper_cmd: aborted: {out.message}')
@@ -199,3 +200,18 @@ class GripperActionServer:
         with self._lock:
             self._preempt_locked('controller shutting down')
         self._server.destroy()
+
+
+def gripper_server_for(node, world, params) -> GripperActionServer | None:
+    """The gripper action server for ``world``'s jaw (``params``: the node's, with
+    ``gripper_controller_name`` and ``gripper_action_type``), or None when the robot has no
+    gripper or control_msgs (the real package or its stand-in) is not importable."""
+    controller, kind = params.gripper_controller_name, params.gripper_action_type
+    if not world.has_gripper:
+        return None
+    try:
+        from control_msgs.action import GripperCommand, ParallelGripperCommand
+    except ImportError:  # pragma: no cover - depends on the machine
+        return None
+    action = ParallelGripperCommand if kind == 'parallel_gripper_command' else GripperCommand
+    return GripperActionServer(node, world, controller, action, kind)

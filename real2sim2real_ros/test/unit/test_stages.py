@@ -21,7 +21,6 @@ from real2sim2real_ros.core.parameters import ParameterError
 from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
 from real2sim2real_ros.core.sysid import stage as ident
 from real2sim2real_ros.core.sysid.config import load_identification_config
-from real2sim2real_ros.core.tools import resolve_robot_urdf
 from real2sim2real_ros.core.truth import TruthDoor, TruthLeak
 
 CONFIG = Path(__file__).resolve().parents[2] / 'config'
@@ -37,9 +36,7 @@ def test_every_shipped_cell_has_the_controller_file_of_its_servo():
     checks the file against the cell's truth; the stages read only the file)."""
     for path in sorted(glob(str(CONFIG / 'cells' / '*.yaml'))):
         spec = load_cell_spec(path)
-        urdf = spec.robot.urdf
-        joints = list(load_robot(default_cell_urdf() if urdf == 'default' else
-                                 resolve_robot_urdf(urdf)).joint_names)    # its ARM joints
+        joints = list(load_robot(spec.urdf_path() or default_cell_urdf()).joint_names)  # ARM
         gains = load_servo_gains(cell_controller_config(spec), joints)
         kp, kv = (spec.robot.per_joint(k, len(joints)) for k in ('kp', 'kv'))
         assert [gains[f'actuator/{j}/kp'] for j in joints] == list(kp), path

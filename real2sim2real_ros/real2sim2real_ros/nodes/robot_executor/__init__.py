@@ -49,10 +49,16 @@ episode's observations, actions, goal, tracking statistics) and, when recording,
 real2sim2real_msgs/PolicyStep per action on ``policy_steps``: observation, action, resolved
 goal, the tracked pose behind it, the task and its config; what makes the bag a demonstration
 for the policy_trainer, core/policies/demo_bags.py).
+``~/grip`` (real2sim2real_msgs/Grip: open, close, position) drives a parallel-jaw gripper
+through its controller's ``<gripper_controller_name>/gripper_cmd`` (ros/gripper_backend.py),
+armed and one goal at a time like the others, within ``gripper_max_effort`` /
+``gripper_max_speed``; a stop or disarm cancels it and the jaw holds where it is (a stop
+never opens a loaded gripper). See grip_goal.py.
 Exit code 2 with one line on stderr for unusable parameters (ConfigurationError).
 
 Layout: ``node.py`` (parameters, robot model, joint states, arm/disarm/stop/status),
 ``trajectory_goal.py`` (``~/execute_trajectory``), ``policy_goal.py`` (``~/execute_policy``),
+``grip_goal.py`` (``~/grip``),
 ``supervision.py`` (what both goals check while the arm moves, their shared types) and
 ``recording.py`` (run-directory stages, manifests, bags).
 """

@@ -23,9 +23,11 @@ from real2sim2real_msgs.srv import GetStatus
 from ...core import execution_safety as es
 from ...ros import qos
 from ...ros.executor_backends import BACKENDS, BackendError, make_backend, trajectory_to_msg
+from ...ros.gripper_backend import ACTION_TYPES as GRIPPER_ACTION_TYPES
 from ...ros.params import Param, bind_checked
 from ...ros.ros_main import ConfigurationError, run_node
 from ...ros.state_listener import StateListener
+from .grip_goal import GripGoals
 from .policy_goal import PolicyGoals
 from .recording import Recorder
 from .supervision import MAX_EXTRAPOLATION, OTHER_CLOCK_AGE, Execution
@@ -99,6 +101,19 @@ PARAMETERS = (
     Param('approach_velocity_fraction', 0.3,
           'execute_policy: fraction of the scaled joint velocity limits that approach moves '
           'use (peak).', lo=0.01, hi=1.0),
+    Param('gripper_controller_name', 'gripper_controller',
+          'Gripper controller name (its gripper_cmd action).', read_only=True),
+    Param('gripper_action_type', 'parallel_gripper_command',
+          "The gripper action's type: control_msgs ParallelGripperCommand or GripperCommand.",
+          choices=GRIPPER_ACTION_TYPES, read_only=True),
+    Param('gripper_max_effort', 40.0, 'grip: the most effort (N) a goal may ask for.',
+          lo=0.1, hi=1e4),
+    Param('gripper_default_effort', 20.0, 'grip: effort (N) of a goal that gives none.',
+          lo=0.1, hi=1e4),
+    Param('gripper_max_speed', 0.1, 'grip: the fastest jaw speed (m/s) a goal may ask for; '
+          'also the speed of a goal that gives none.', lo=0.001, hi=10.0),
+    Param('gripper_goal_timeout', 10.0, 'grip: seconds without an outcome -> TIMEOUT (the '
+          'goal is cancelled, the jaw holds).', lo=0.1, hi=600.0),
     Param('approach_tip_speed', 0.15,
           'execute_policy: peak tool speed (m/s) on the straight approach legs.',
           lo=0.01, hi=2.0),
@@ -134,6 +149,8 @@ class RobotExecutorNode(Node):
         self._read_parameters()
         cb = ReentrantCallbackGroup()
         self.backend = make_backend(self.p.backend, self, self.p.controller_name, cb)
+        self.gripper = _gripper_backend(self, cb)
+        self._jaw: tuple[str, float, float] | None = None   # (joint, position, effort)
         # /joint_states (100+ Hz) on a helper node of its own: see ros/state_listener.py.
         self._state_listener = StateListener(self, JointState, self.p.joint_states_topic,
                                              self._on_joint_states, qos.STATE_RECORDING)
@@ -149,7 +166,7 @@ class RobotExecutorNode(Node):
         self.create_service(Trigger, '~/stop', self._on_stop, callback_group=cb)
         self.create_service(GetStatus, '~/get_status', self._on_status, callback_group=cb)
         self.recorder = Recorder(self)
-        self._goals = (TrajectoryGoals(self, cb), PolicyGoals(self, cb))
+        self._goals = (TrajectoryGoals(self, cb), PolicyGoals(self, cb), GripGoals(self, cb))
         self.get_logger().info(
             f'robot_executor ready (DISARMED), backend {self.p.backend}, controller '
             f'{self.p.controller_name}, robot: {self.robot_error or self.robot.name}')
@@ -191,8 +208,11 @@ class RobotExecutorNode(Node):
                     text += f'; keeping the previous model ({self.robot.name})'
             self.get_logger().error(text)
             return
+        from ...core.grasping.jaw import gripper_joints
         n = len(limits.names)
+        jaw = gripper_joints(robot)
         with self.lock:
+            self._jaw = None if jaw is None else (jaw.joint, math.nan, math.nan)
             self.robot, self.limits, self.fk_lip, self.robot_error = robot, limits, fk_lip, ''
             self._joint_index = {name: i for i, name in enumerate(limits.names)}
             self._state_pos = np.full(n, np.nan)
@@ -226,6 +246,10 @@ class RobotExecutorNode(Node):
             for k, name in enumerate(msg.name):
                 i = self._joint_index.get(name)
                 if i is None or k >= len(msg.position) or not math.isfinite(msg.position[k]):
+                    if i is None and self._jaw is not None and name == self._jaw[0] \
+                            and k < len(msg.position):
+                        self._jaw = (name, msg.position[k],
+                                     msg.effort[k] if k < len(msg.effort) else math.nan)
                     continue
                 self._state_pos[i] = msg.position[k]
                 self._state_vel[i] = msg.velocity[k] if k < len(msg.velocity) else 0.0
@@ -253,6 +277,12 @@ class RobotExecutorNode(Node):
                 ex.last_measured = (max(ex.last_measured, measured) if ex.measured_seen
                                     else measured)
                 ex.measured_seen = True
+
+    def jaw_state(self, joint: str) -> tuple[float, float]:
+        """The jaw ``joint``'s latest (position m, effort N) from joint_states (NaN: none)."""
+        with self.lock:
+            jaw = self._jaw
+        return (jaw[1], jaw[2]) if jaw is not None and jaw[0] == joint else (math.nan, math.nan)
 
     def joint_states_topic(self) -> str:
         name = self.p.joint_states_topic
@@ -386,10 +416,23 @@ class RobotExecutorNode(Node):
             self._stop('node shutting down')
             time.sleep(self.p.control_period)
         self._state_listener.close()
+        if self.gripper is not None:
+            self.gripper.close()
         # Destroy the action servers before the node so their goal-expiry timers cannot fire
         # on a half-destroyed server.
         for goals in self._goals:
             goals.server.destroy()
+
+
+def _gripper_backend(node, callback_group):
+    """The gripper backend, or None where control_msgs is not importable (grip goals then
+    end BACKEND_UNAVAILABLE)."""
+    try:
+        from ...ros.gripper_backend import GripperBackend
+        return GripperBackend(node, node.p.gripper_controller_name, node.p.gripper_action_type,
+                              callback_group)
+    except ImportError:  # pragma: no cover - depends on the machine
+        return None
 
 
 def _make_node():
