@@ -63,11 +63,12 @@ def _cells_dir() -> Path:
 
 def _base_cell(path: str, urdf_name: str) -> tuple[dict, str]:
     import yaml
+    shown = path
     if not path:
         stem = 'panda' if 'panda' in urdf_name else 'default'
-        path = str(_cells_dir() / f'{stem}.yaml')
+        path, shown = str(_cells_dir() / f'{stem}.yaml'), f'config/cells/{stem}.yaml'
     with open(path, encoding='utf-8') as fh:
-        return yaml.safe_load(fh), path
+        return yaml.safe_load(fh), shown
 
 
 def run(args) -> dict:

@@ -243,36 +243,47 @@ def _relative(model, data, tip: int, obj: int) -> np.ndarray:
     return rot.T @ (data.xpos[obj] - data.xpos[tip])
 
 
-def run_hold(model, data, step, jaw: MujocoJaw, plan: HoldPlan, tip_body: str,
-             object_body: str) -> dict[str, np.ndarray]:
-    """Step a MuJoCo model through ``plan``: ``step(q_ref, v_ref)`` advances one physics step
-    of the model's time step; returns the box's position in the grasp frame at each mark."""
-    tip = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, tip_body)
-    obj = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, object_body)
-    dt = float(model.opt.timestep)
+def follow_plan(plan: HoldPlan, period: float, now, command_jaw, measure, advance) -> dict:
+    """Walk ``plan`` in steps of ``period`` (s) on any engine: ``now()`` its time, the jaw
+    commands as they fall due (``command_jaw(position, effort)``), ``measure()`` -> (box
+    position in the grasp frame, box height, jaw state) at the start and at each mark,
+    ``advance(t)`` one period on from time t. Returns the marks' figures for summarise."""
     rel, rise, states = {}, {}, {}
     pending = sorted(plan.marks.items(), key=lambda kv: kv[1])
     last_cmd = None
-    z0 = float(data.xpos[obj][2])
-    n = int(math.ceil(plan.duration / dt))
+    z0 = measure()[1]
+    n = int(math.ceil(plan.duration / period))
     for k in range(n + 1):
-        t = k * dt
+        t = now()
         cmd = plan.jaw_command(t)
         if cmd is not None and cmd != last_cmd:
-            jaw.command(cmd[0], cmd[1])
+            command_jaw(*cmd)
             last_cmd = cmd
         while pending and t >= pending[0][1] - 1e-9:
             name = pending.pop(0)[0]
-            mujoco.mj_kinematics(model, data)
-            rel[name] = _relative(model, data, tip, obj)
-            rise[name] = float(data.xpos[obj][2]) - z0
-            states[name] = jaw.state(data)
-        if k == n:
-            break
-        q_ref, v_ref = plan.reference(t)
-        jaw.step(data, dt)
-        step(q_ref, v_ref)
+            rel[name], z, states[name] = measure()
+            rise[name] = z - z0
+        if k < n:
+            advance(t)
     return {'rel': rel, 'rise': rise, 'jaw': states}
+
+
+def run_hold(model, data, step, jaw: MujocoJaw, plan: HoldPlan, tip_body: str,
+             object_body: str) -> dict:
+    """Step a MuJoCo model through ``plan``: ``step(q_ref, v_ref)`` advances one physics step
+    of the model's time step (a twin's, with its latency queue)."""
+    tip = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, tip_body)
+    obj = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, object_body)
+    dt = float(model.opt.timestep)
+
+    def measure():
+        mujoco.mj_kinematics(model, data)
+        return _relative(model, data, tip, obj), float(data.xpos[obj][2]), jaw.state(data)
+
+    def advance(t):
+        jaw.step(data, dt)
+        step(*plan.reference(t))
+    return follow_plan(plan, dt, lambda: float(data.time), jaw.command, measure, advance)
 
 
 def summarise(world: str, run: dict, settings: dict) -> HoldResult:
@@ -336,32 +347,18 @@ def hold_in_cell(robot, world, cfg: HoldConfig = HoldConfig(), control_period: f
     plan = plan_hold(robot, cfg)
     world.set_trajectory(JointTrajectoryCommand(list(robot.joint_names), plan.times, plan.q,
                                                 plan.qd))
-    rel, rise, states = {}, {}, {}
-    pending = sorted(plan.marks.items(), key=lambda kv: kv[1])
-    last_cmd = None
-    with world.truth.scoring():
-        z0 = float(world.object_poses()['box_0'][0][2])
-    n = int(math.ceil(plan.duration / control_period))
-    for k in range(n + 1):
-        t = world.time
-        cmd = plan.jaw_command(t)
-        if cmd is not None and cmd != last_cmd:
-            world.command_gripper(cmd[0], cmd[1])
-            last_cmd = cmd
-        while pending and t >= pending[0][1] - 1e-9:
-            name = pending.pop(0)[0]
-            with world.truth.scoring():
-                xyz, _ = world.object_poses()['box_0']
-                q = world.true_joint_positions()
-            tip, quat = robot.fk(q)
-            rot = np.zeros(9)
-            mujoco.mju_quat2Mat(rot, quat)
-            rel[name] = rot.reshape(3, 3).T @ (xyz - tip)
-            rise[name] = float(xyz[2]) - z0
-            states[name] = world.gripper_state()
-        if k < n:
-            world.step_for(control_period)
-    return summarise('', {'rel': rel, 'rise': rise, 'jaw': states}, {})
+
+    def measure():
+        with world.truth.scoring():
+            xyz, _ = world.object_poses()['box_0']
+            q = world.true_joint_positions()
+        tip, quat = robot.fk(q)
+        rot = np.zeros(9)
+        mujoco.mju_quat2Mat(rot, quat)
+        return rot.reshape(3, 3).T @ (xyz - tip), float(xyz[2]), world.gripper_state()
+    run = follow_plan(plan, control_period, lambda: world.time, world.command_gripper,
+                      measure, lambda _t: world.step_for(control_period))
+    return summarise('', run, {})
 
 
 def hold_on_cells(robot, robot_urdf: str, base: dict, cfg: HoldConfig = HoldConfig(),

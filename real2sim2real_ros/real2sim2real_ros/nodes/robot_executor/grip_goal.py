@@ -19,14 +19,20 @@ from __future__ import annotations
 import math
 import time
 
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from sensor_msgs.msg import JointState
 
 from real2sim2real_msgs.action import Grip
 
 from ...core.grasping.jaw import gripper_joints
 from ...ros.goal_client import error_codes
-from .supervision import FEEDBACK_PERIOD, Abort, Execution, finish_goal, run_guarded
+from .supervision import (
+    FEEDBACK_PERIOD,
+    Abort,
+    Execution,
+    finish_goal,
+    goal_server,
+    run_guarded,
+)
 
 Result = Grip.Result
 ERROR_NAMES = error_codes(Result)
@@ -38,11 +44,7 @@ class GripGoals:
 
     def __init__(self, node, callback_group):
         self.node = node
-        self.server = ActionServer(
-            node, Grip, '~/grip', self.execute,
-            goal_callback=lambda _goal: GoalResponse.ACCEPT,
-            cancel_callback=lambda _goal: CancelResponse.ACCEPT,
-            callback_group=callback_group)
+        self.server = goal_server(node, Grip, '~/grip', self.execute, callback_group)
 
     def execute(self, goal_handle):
         n = self.node

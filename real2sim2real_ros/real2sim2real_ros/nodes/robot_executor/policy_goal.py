@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 
 import rclpy
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 
 from real2sim2real_msgs.action import ExecutePolicy
@@ -37,6 +36,7 @@ from .supervision import (
     check_motion,
     finish_goal,
     finite_or,
+    goal_server,
     run_guarded,
 )
 
@@ -81,11 +81,8 @@ class PolicyGoals:
     def __init__(self, node, callback_group):
         self.node = node
         self._tracked_cb = MutuallyExclusiveCallbackGroup()
-        self.server = ActionServer(
-            node, ExecutePolicy, '~/execute_policy', self.execute,
-            goal_callback=lambda _goal: GoalResponse.ACCEPT,
-            cancel_callback=lambda _goal: CancelResponse.ACCEPT,
-            callback_group=callback_group)
+        self.server = goal_server(node, ExecutePolicy, '~/execute_policy', self.execute,
+                                  callback_group)
 
     # ------------------------------------------------------------------ the goal
 

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
 
 from ...core import execution_safety as es
 
@@ -130,6 +131,15 @@ def finish_goal(node, goal_handle, result, code: int, message: str, names: dict,
     else:
         node.get_logger().warning(text)
     return result
+
+
+def goal_server(node, action_type, name: str, execute, callback_group):
+    """An executor action server: every goal accepted (a refused one is then aborted with its
+    code, so the client learns why) and every cancel accepted."""
+    return ActionServer(node, action_type, name, execute,
+                        goal_callback=lambda _goal: GoalResponse.ACCEPT,
+                        cancel_callback=lambda _goal: CancelResponse.ACCEPT,
+                        callback_group=callback_group)
 
 
 def finite_or(value: float, default: float) -> float:

@@ -14,7 +14,6 @@ import math
 import time
 
 import rclpy
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
 
 from real2sim2real_msgs.action import ExecuteTrajectory
 
@@ -28,6 +27,7 @@ from .supervision import (
     check_motion,
     finish_goal,
     finite_or,
+    goal_server,
     run_guarded,
 )
 
@@ -46,11 +46,8 @@ class TrajectoryGoals:
 
     def __init__(self, node, callback_group):
         self.node = node
-        self.server = ActionServer(
-            node, ExecuteTrajectory, '~/execute_trajectory', self.execute,
-            goal_callback=lambda _goal: GoalResponse.ACCEPT,
-            cancel_callback=lambda _goal: CancelResponse.ACCEPT,
-            callback_group=callback_group)
+        self.server = goal_server(node, ExecuteTrajectory, '~/execute_trajectory', self.execute,
+                                  callback_group)
 
     def execute(self, goal_handle):
         n = self.node
