@@ -127,3 +127,122 @@ def cmd_hold_test(args) -> int:
         atomic_write_json(args.out, record)
         print(args.out)
     return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- expert-check
+
+def add_expert_parser(subparsers) -> argparse.ArgumentParser:
+    """``r2s2r expert-check``: a task's scripted expert in the twin and on the cells."""
+    p = subparsers.add_parser(
+        'expert-check', help="a task's scripted expert: success in the twin and on the cells",
+        description="Run a task's scripted expert for N episodes in a twin of the task's "
+                    'object and on emulated cells of both engines (the policy observes the '
+                    'true start pose: observation source "truth"); print and write the '
+                    'success per world.')
+    p.add_argument('--task', default='pick_and_place', help='a task name or YAML')
+    p.add_argument('--robot', default='gripper', help="as hold-test's --robot")
+    p.add_argument('--cell', default='', help='cell spec YAML of the cells (default: '
+                   'config/cells/gripper.yaml; its first box takes the task\'s object size)')
+    p.add_argument('--worlds', default='twin,mujoco,drake',
+                   help="comma-separated, of ['twin', 'mujoco', 'drake']")
+    p.add_argument('--episodes', type=int, default=20, help='episodes per world')
+    p.add_argument('--seed', type=int, default=0, help='seed of the episodes and the expert')
+    p.add_argument('--out', default='', help='write the results as JSON here')
+    p.set_defaults(func=cmd_expert_check)
+    return p
+
+
+def _expert_worlds(args, robot, task, urdf):
+    """[(name, task backend, closer)] for the requested worlds."""
+    import copy
+
+    import yaml
+
+    from ..core.cell_spec import load_cell_spec
+    from ..core.tasks.worlds import CellWorld, TaskObject, TwinWorld, task_scene_xml
+    from ..core.twin import Twin
+    from ..core.world import make_world
+    names = [w.strip() for w in args.worlds.split(',') if w.strip()]
+    unknown = sorted(set(names) - {'twin', 'mujoco', 'drake'})
+    if unknown or not names:
+        raise ValueError(f"--worlds: unknown {unknown or names}; choose from "
+                         "['twin', 'mujoco', 'drake']")
+    c = task.cfg
+    path = args.cell or str(_cells_dir() / 'gripper.yaml')
+    with open(path, encoding='utf-8') as fh:
+        base = yaml.safe_load(fh)
+    base['cameras'] = []
+    base['robot'] = dict(base['robot'], urdf=urdf)
+    boxes = [o for o in base['objects'] if o.get('shape') == 'box']
+    if not boxes:
+        raise ValueError(f'--cell {path}: has no box for the task to act on')
+    base['objects'] = [dict(boxes[0], id=task.object_id, size=list(c.object_size))]
+    out = []
+    for name in names:
+        if name == 'twin':
+            obj = TaskObject(task.object_id, tuple(c.object_size))
+            out.append(('twin', TwinWorld(Twin(robot, task_scene_xml(obj)), task.object_id),
+                        None))
+        else:
+            world = make_world(load_cell_spec(dict(copy.deepcopy(base), engine=name)))
+            out.append((f'{name}_cell', CellWorld(world, task.object_id), world.close))
+    return out, path
+
+
+def run_expert(args) -> dict:
+    """The expert check for the parsed ``args``; returns the JSON-ready record."""
+    import numpy as np
+
+    from ..core.robot_description import load_robot
+    from ..core.tasks import get_task
+    if args.episodes < 1:
+        raise ValueError(f'--episodes: must be >= 1, got {args.episodes}')
+    urdf = _robot_urdf(args.robot)
+    robot = load_robot(urdf)
+    task = get_task(args.task, robot)
+    worlds, cell = _expert_worlds(args, robot, task, urdf)
+    results = []
+    for name, world, close in worlds:
+        rng = np.random.default_rng(args.seed)
+        t0, episodes = time.monotonic(), []
+        try:
+            for _ in range(args.episodes):
+                reset = task.sample_reset(rng)
+                res = task.run_episode(world, reset, task.scripted_demo_policy(reset, rng))
+                episodes.append({'success': bool(res.success),
+                                 'final_error_m': round(float(res.final_error), 5),
+                                 'upright': bool(res.info.get('upright', False))})
+        finally:
+            if close is not None:
+                close()
+        n_ok = sum(e['success'] for e in episodes)
+        err = [e['final_error_m'] for e in episodes]
+        results.append({'world': name, 'success': n_ok, 'episodes': len(episodes),
+                        'mean_error_m': round(float(np.mean(err)), 5),
+                        'max_error_m': round(float(np.max(err)), 5),
+                        'wall_s': round(time.monotonic() - t0, 1), 'per_episode': episodes})
+        print(f'{name:<12} {n_ok}/{len(episodes)} succeeded; distance to the target centre '
+              f'mean {1000 * np.mean(err):.1f} mm, max {1000 * np.max(err):.1f} mm',
+              file=sys.stderr)
+    return {'task': task.name, 'robot': args.robot, 'cell': args.cell or
+            'config/cells/gripper.yaml', 'observation_source': 'truth', 'seed': args.seed,
+            'results': results, 'command': 'r2s2r expert-check ' + ' '.join(sys.argv[2:])}
+
+
+def cmd_expert_check(args) -> int:
+    from ..core.artifacts import atomic_write_json
+    from ..core.cell_spec import CellSpecError
+    from ..core.emulated_world import WorldBuildError
+    from ..core.grasping.jaw import GripperError
+    from ..core.robot_description import RobotDescriptionError
+    from ..core.tasks import TaskError
+    try:
+        record = run_expert(args)
+    except (ValueError, OSError, CellSpecError, WorldBuildError, GripperError,
+            RobotDescriptionError, TaskError) as exc:
+        print(f'r2s2r expert-check: error: {exc}', file=sys.stderr)
+        return EXIT_USAGE
+    if args.out:
+        atomic_write_json(args.out, record)
+        print(args.out)
+    return EXIT_OK

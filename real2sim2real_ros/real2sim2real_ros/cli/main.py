@@ -414,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     from real2sim2real_ros.cli import grasp_cli, loop_cli
     loop_cli.add_parser(sub)
     grasp_cli.add_parser(sub)
+    grasp_cli.add_expert_parser(sub)
     try:
         from real2sim2real_ros.cli import bag_cli
         bag_cli.add_parser(sub)
@@ -442,7 +443,8 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv[:i + 1])
         return cmd_launch(args, argv[i + 1:])
     args = parser.parse_args(argv)
-    if args.verb in ('bag', 'capture', 'reconstruct', 'evaluate', 'describe', 'hold-test'):
+    if args.verb in ('bag', 'capture', 'reconstruct', 'evaluate', 'describe', 'hold-test',
+                     'expert-check'):
         return args.func(args)
     try:
         return HANDLERS[args.verb](args, [])

@@ -31,8 +31,9 @@ How each spec value is expressed in Drake's terms:
   that the pair has the object's value, the table and robot carry the table's.
 * a gripper (core/grasping/jaw.py): the driven finger is a PD actuator with the jaw servo's
   gains, its effort limit the commanded maximum effort (set per command), the mirrored finger
-  Drake's coupler constraint from the URDF's ``<mimic>``. A held object (lifted clear of the
-  table) sticks or slides by its speed relative to the gripper, not in the world.
+  Drake's coupler constraint from the URDF's ``<mimic>``; the fingers are rigid-hydroelastic
+  (contact patches, not one point per pad). A held object (lifted clear of the table) sticks
+  or slides by its speed relative to the gripper, not in the world.
 * ``contact.*`` (solref, solimp, integrator, cone, impratio, iterations): MuJoCo-only, not
   used; ``contact.timestep`` is the plant's time step. Torsional / rolling friction and
   ``edge_radius`` have no Drake counterpart here (sharp boxes).
@@ -305,12 +306,18 @@ class DrakeWorld(ServoCellBase):
 
         # Robot collision geometry: the table's friction (so an object-robot pair gets the
         # object's value) and no self-collision (the MuJoCo cell excludes it too).
-        robot_geoms = []
+        robot_geoms, fingers = [], self._finger_bodies(plant, robot)
         for b in plant.GetBodyIndices(robot):
-            robot_geoms += plant.GetCollisionGeometriesForBody(plant.get_body(b))
-        for gid in robot_geoms:
-            sg.AssignRole(plant.get_source_id(), gid, material(mu_table, None),
-                          RoleAssign.kReplace)
+            geoms = plant.GetCollisionGeometriesForBody(plant.get_body(b))
+            robot_geoms += geoms
+            # A gripper's fingers are rigid-hydroelastic: a pad presses a contact patch into
+            # the (compliant) object, whose torsional friction keeps a held box from swinging
+            # about the jaw axis (one point contact per pad cannot: measured, a box with a
+            # 6 mm COM offset tipped past 18 deg between grasp and release).
+            for gid in geoms:
+                sg.AssignRole(plant.get_source_id(), gid,
+                              material(mu_table, False if b in fingers else None),
+                              RoleAssign.kReplace)
         sg.collision_filter_manager().Apply(
             CollisionFilterDeclaration().ExcludeWithin(GeometrySet(robot_geoms)))
 
@@ -415,6 +422,12 @@ class DrakeWorld(ServoCellBase):
         self._jaw_joints = [joint] + [plant.GetJointByName(f, robot) for f in joints.followers]
         self._jaw_start = float(desc.held_positions[desc.held_joint_names.index(joints.joint)])
         return jaw
+
+    def _finger_bodies(self, plant, robot) -> set:
+        """Body indices of the gripper's fingers (the jaw joints' child bodies)."""
+        if self._jaw is None:
+            return set()
+        return {j.child_body().index() for j in self._jaw_joints}
 
     def _apply_jaw_effort(self) -> None:
         self._jaw_actuator.set_effort_limit(self._jaw.max_effort)

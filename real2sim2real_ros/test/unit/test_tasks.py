@@ -50,7 +50,7 @@ def straight_reset(distance=0.14):
 
 # ------------------------------------------------------------------------ registry, IK
 def test_registry_builds_both_tasks_and_names_unknown_ones(robot, slide, push):
-    assert task_names() == ['push_to_pose', 'slide_to_target']
+    assert task_names() == ['pick_and_place', 'push_to_pose', 'slide_to_target']
     assert slide.name == 'slide_to_target' and push.name == 'push_to_pose'
     with pytest.raises(TaskError, match="unknown task 'stack'.*push_to_pose"):
         get_task('stack', robot)

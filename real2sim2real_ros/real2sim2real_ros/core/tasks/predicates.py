@@ -4,7 +4,8 @@ Each predicate is a pure function ``fn(state, params, context) -> bool`` of
 
 * ``state``: the task's state dict (``object_xy``, ``object_z``, ``object_yaw``, ``goal_xy``,
   ``goal_yaw``, optionally ``object_up_z``, ``object_speed``, ``joint_positions``,
-  ``robot_contacts``, ``held_steps``; see each predicate);
+  ``robot_contacts``, ``held_steps``, ``jaw_position`` / ``jaw_open_at``; see each
+  predicate);
 * ``params``: its parameters from the YAML, ``config.<field>`` references already resolved;
 * ``context``: what the task derives from its config (``rest_z``: the object's centre height
   resting upright on the table).
@@ -42,6 +43,20 @@ def yaw_gap(state: dict) -> float:
 def object_within(state: dict, p: dict, context: dict) -> bool:
     """The object's centre within ``radius`` (m) of the goal point in the table plane."""
     return goal_distance(state) <= p['radius']
+
+
+def object_in_square(state: dict, p: dict, context: dict) -> bool:
+    """The object's centre inside the axis-aligned square of half-width ``half_width`` (m)
+    about the goal point (a target region on the table)."""
+    d = np.abs(np.asarray(state['object_xy'], float) - state['goal_xy'])
+    return bool(np.all(d <= p['half_width']))
+
+
+def gripper_open(state: dict, p: dict, context: dict) -> bool:
+    """The jaw open, the object released: ``state['jaw_position']`` within ``tolerance`` (m)
+    of the open position ``state['jaw_open_at']``."""
+    pos = float(_need(state, 'jaw_position', 'gripper_open'))
+    return pos >= float(_need(state, 'jaw_open_at', 'gripper_open')) - p['tolerance']
 
 
 def upright(state: dict, p: dict, context: dict) -> bool:
@@ -85,6 +100,8 @@ def no_robot_contact(state: dict, p: dict, context: dict) -> bool:
 # name -> (function, required parameters, optional parameters with their defaults)
 PREDICATES = {
     'object_within': (object_within, ('radius',), {}),
+    'object_in_square': (object_in_square, ('half_width',), {}),
+    'gripper_open': (gripper_open, (), {'tolerance': 0.005}),
     'upright': (upright, (), {'height_tolerance': 0.01, 'min_up_z': None}),
     'yaw_within': (yaw_within, ('tolerance',), {}),
     'at_rest': (at_rest, ('speed',), {}),
@@ -98,6 +115,7 @@ _POSITIVE = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) a
              'must be a number > 0')
 PARAM_CHECKS = {
     'radius': _POSITIVE,
+    'half_width': _POSITIVE,
     'tolerance': _POSITIVE,
     'height_tolerance': _POSITIVE,
     'speed': _POSITIVE,

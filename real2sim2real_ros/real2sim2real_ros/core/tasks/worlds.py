@@ -151,6 +151,32 @@ class TwinWorld:
         self._da = int(twin.model.jnt_dofadr[j])
         self.joint_names = list(twin.joint_names)
         self._follower = None
+        self._jaw = None        # the gripper's jaw, once a grasping task prepares it
+        self._jaw_start = 0.0
+
+    def prepare_grasping(self) -> None:
+        """Drive the robot's jaw (core/grasping/jaw.MujocoJaw) with the twin's grasp contact
+        recipe (twin_grasp_contacts), once: a grasping task's twin holds what it grasps; a
+        pushing task's twin stays as built. GripperError for a robot without a gripper."""
+        if self._jaw is not None:
+            return
+        from ..grasping.jaw import MujocoJaw, twin_grasp_contacts
+        robot = self.twin.robot
+        jaw = MujocoJaw(self.twin.model, robot)
+        twin_grasp_contacts(self.twin.model, robot)
+        self._jaw_start = float(robot.held_positions[robot.held_joint_names.index(
+            jaw.joints.joint)])
+        jaw.reset(float(self.twin.data.qpos[jaw._qadr]))
+        self._jaw = jaw
+
+    def command_gripper(self, position: float, max_effort: float | None = None) -> None:
+        """Jaw towards ``position`` (m) with at most ``max_effort`` (N)."""
+        self.prepare_grasping()
+        self._jaw.command(position, max_effort)
+
+    def gripper_state(self) -> tuple[float, float, float]:
+        """The jaw's (position m, velocity m/s, effort N)."""
+        return self._jaw.state(self.twin.data)
 
     @property
     def time(self) -> float:
@@ -164,6 +190,8 @@ class TwinWorld:
         tw.data.qpos[self._qa:self._qa + 3] = object_xyz
         tw.data.qpos[self._qa + 3:self._qa + 7] = yaw_quat(object_yaw)
         tw.data.qvel[self._da:self._da + 6] = 0.0
+        if self._jaw is not None:
+            self._jaw.reset(self._jaw_start, tw.data)
         mujoco.mj_forward(tw.model, tw.data)
         self._follower = TrajectoryFollower(self.joint_names, np.asarray(q0, float))
 
@@ -177,6 +205,8 @@ class TwinWorld:
         dt = self.twin.timestep
         while self.time < end - 0.5 * dt:
             p, v, _ = self._follower.sample(self.time)
+            if self._jaw is not None:
+                self._jaw.step(self.twin.data, dt)
             self.twin.step(p, v)
 
     def kick_object(self, dv_xy) -> None:
@@ -289,6 +319,14 @@ class CellWorld:
             self.world.step_for(d)
         else:
             self.observer.step(self.world, d, stream=self.stream)
+
+    def command_gripper(self, position: float, max_effort: float | None = None) -> None:
+        """The cell's jaw towards ``position`` (m) with at most ``max_effort`` (N)."""
+        self.world.command_gripper(position, max_effort)
+
+    def gripper_state(self) -> tuple[float, float, float]:
+        """The cell's measured jaw (position m, velocity m/s, effort N)."""
+        return self.world.gripper_state()
 
     def kick_object(self, dv_xy) -> None:
         """A disturbance (someone nudges the object): the emulated cell's evaluator-side hook."""
