@@ -19,7 +19,7 @@ whose robot has one); a twin gets its grasp contact recipe (``prepare_grasping``
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -108,10 +108,6 @@ class PickAndPlace(DeclaredTask):
         self.action_low = np.full(4, -c.offset_max)
         self.action_high = np.full(4, c.offset_max)
 
-    def config(self) -> dict:
-        """The task's settings as a JSON-ready dict (with its name)."""
-        return {'task': self.name, **asdict(self.cfg)}
-
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
         """A random start pose and a target square's centre, drawn as the spec declares."""
@@ -126,20 +122,6 @@ class PickAndPlace(DeclaredTask):
         """(target - box x, y in m, box yaw relative to the jaw modulo a quarter turn)."""
         d = np.asarray(state['goal_xy'], float) - np.asarray(state['object_xy'], float)
         return np.array([d[0], d[1], self._relative_yaw(state['object_yaw'])])
-
-    def initial_state(self, reset: ResetSample) -> dict:
-        """The task state at the episode's start ``reset``."""
-        return {'object_xy': reset.object_xy, 'object_yaw': reset.object_yaw,
-                'goal_xy': reset.goal_xy, 'object_z': self.object_z}
-
-    @property
-    def object_z(self) -> float:
-        """Height (m) of the box's centre resting on the table."""
-        return self.cfg.table_height + self.cfg.object_size[2] / 2
-
-    def error(self, state: dict) -> float:
-        """Distance (m) of the box's centre to the target's centre."""
-        return float(np.linalg.norm(np.asarray(state['object_xy']) - state['goal_xy']))
 
     # ---------------------------------------------------------------- the motion
     def _jaw_axis_yaw(self, q) -> float:

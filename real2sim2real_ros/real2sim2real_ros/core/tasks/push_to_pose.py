@@ -27,7 +27,7 @@ it labels any state (DAgger, core/policies/dagger.py).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -104,19 +104,10 @@ class PushToPose(DeclaredTask):
         self.action_low = np.full(2, -self.cfg.max_speed)
         self.action_high = np.full(2, self.cfg.max_speed)
 
-    def config(self) -> dict:
-        """The task's settings as a JSON-ready dict (with its name)."""
-        return {'task': self.name, **asdict(self.cfg)}
-
     @property
     def dt(self) -> float:
         """Control period in s."""
         return 1.0 / self.cfg.control_rate
-
-    @property
-    def object_z(self) -> float:
-        """Height (m) of the object's centre resting on the table."""
-        return self.cfg.table_height + self.cfg.object_size[2] / 2
 
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
@@ -146,10 +137,6 @@ class PushToPose(DeclaredTask):
                          cs * t[0] + sn * t[1], -sn * t[0] + cs * t[1]])
 
     # ---------------------------------------------------------------- outcome
-    def error(self, state: dict) -> float:
-        """Distance (m) of the object to the goal position."""
-        return float(np.linalg.norm(np.asarray(state['object_xy']) - state['goal_xy']))
-
     def yaw_error(self, state: dict) -> float:
         """Absolute yaw error (rad) of the object to the goal yaw."""
         return abs(wrap_angle(state['object_yaw'] - state['goal_yaw']))

@@ -18,7 +18,7 @@ config/tasks/slide_to_target.yaml (core/tasks/spec.py).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -103,10 +103,6 @@ class SlideToTarget(DeclaredTask):
         self.action_low = np.array([c.speed_range[0], -c.direction_offset_max])
         self.action_high = np.array([c.speed_range[1], c.direction_offset_max])
 
-    def config(self) -> dict:
-        """The task's settings as a JSON-ready dict (with its name)."""
-        return {'task': self.name, **asdict(self.cfg)}
-
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
         """A random start pose and a goal at a random heading and distance, drawn from ``rng``
@@ -133,21 +129,7 @@ class SlideToTarget(DeclaredTask):
         period = footprint_yaw_period(self.cfg.object_shape, self.cfg.object_size)
         return float((a + 0.5 * period) % period - 0.5 * period)
 
-    def initial_state(self, reset: ResetSample) -> dict:
-        """The task state at the episode's start ``reset``."""
-        return {'object_xy': reset.object_xy, 'object_yaw': reset.object_yaw,
-                'goal_xy': reset.goal_xy, 'object_z': self.object_z}
-
-    @property
-    def object_z(self) -> float:
-        """Height (m) of the object's centre resting on the table."""
-        return self.cfg.table_height + self.cfg.object_size[2] / 2
-
     # ---------------------------------------------------------------- outcome
-    def error(self, state: dict) -> float:
-        """Distance (m) of the object to the goal."""
-        return float(np.linalg.norm(np.asarray(state['object_xy']) - state['goal_xy']))
-
     def upright(self, state: dict) -> bool:
         """On the table, right way up (a box that tipped onto a side is a failure)."""
         return bool(abs(state['object_z'] - self.object_z) < 0.01

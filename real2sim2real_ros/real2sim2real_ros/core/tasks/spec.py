@@ -395,8 +395,10 @@ def sample_start_goal(r: dict, rng: np.random.Generator):
 class DeclaredTask:
     """What a spec gives a task class (mixed in): ``cfg`` (the spec's config under the
     caller's overrides), ``declared`` (the spec resolved against it), ``horizon``, and
-    ``success`` / ``reward`` from the declared predicates and weights. The class provides
-    ``name``, ``object_z`` (the rest height) and ``error(state)``."""
+    ``success`` / ``reward`` from the declared predicates and weights, and the defaults every
+    kind shares (``config()``, ``object_z``: the rest height from ``table_height`` and
+    ``object_size``, ``initial_state``, ``error``: the planar distance to the goal). The class
+    provides ``name``."""
 
     def bind_spec(self, config, spec) -> None:
         """Set ``spec``, ``cfg``, ``declared``, ``horizon``, ``object_id`` from ``spec`` (None:
@@ -413,6 +415,24 @@ class DeclaredTask:
         self.declared = spec.resolve(config)
         self.horizon = self.declared['horizon']
         self.object_id = config.object_id
+
+    def config(self) -> dict:
+        """The task's settings as a JSON-ready dict (with its name)."""
+        return {'task': self.name, **dataclasses.asdict(self.cfg)}
+
+    @property
+    def object_z(self) -> float:
+        """Height (m) of the object's centre resting on the table."""
+        return self.cfg.table_height + self.cfg.object_size[2] / 2
+
+    def initial_state(self, reset) -> dict:
+        """The task state at the episode's start ``reset`` (a ResetSample)."""
+        return {'object_xy': reset.object_xy, 'object_yaw': reset.object_yaw,
+                'goal_xy': reset.goal_xy, 'object_z': self.object_z}
+
+    def error(self, state: dict) -> float:
+        """Distance (m) of the object's centre to the goal point in the table plane."""
+        return float(np.linalg.norm(np.asarray(state['object_xy']) - state['goal_xy']))
 
     def success(self, state: dict) -> bool:
         """Every declared success predicate holds for ``state``."""
