@@ -167,7 +167,6 @@ def _expert_worlds(args, robot, task, urdf):
     if unknown or not names:
         raise ValueError(f"--worlds: unknown {unknown or names}; choose from "
                          "['twin', 'mujoco', 'drake']")
-    c = task.cfg
     path = args.cell or str(_cells_dir() / 'gripper.yaml')
     with open(path, encoding='utf-8') as fh:
         base = yaml.safe_load(fh)
@@ -176,13 +175,16 @@ def _expert_worlds(args, robot, task, urdf):
     boxes = [o for o in base['objects'] if o.get('shape') == 'box']
     if not boxes:
         raise ValueError(f'--cell {path}: has no box for the task to act on')
-    base['objects'] = [dict(boxes[0], id=task.object_id, size=list(c.object_size))]
+    scene = task.scene_objects()   # the manipulated box first, then any other (a base)
+    base['objects'] = [dict(boxes[0], id=oid, size=list(size),
+                            pose={'xyz': [0.75, 0.3 + 0.15 * k], 'yaw': 0.0})
+                       for k, (oid, size) in enumerate(scene)]
     out = []
     for name in names:
         if name == 'twin':
-            obj = TaskObject(task.object_id, tuple(c.object_size))
-            out.append(('twin', TwinWorld(Twin(robot, task_scene_xml(obj)), task.object_id),
-                        None))
+            objs = [TaskObject(oid, tuple(size)) for oid, size in scene]
+            xml = task_scene_xml(objs[0], others=tuple(objs[1:]))
+            out.append(('twin', TwinWorld(Twin(robot, xml), task.object_id), None))
         else:
             world = make_world(load_cell_spec(dict(copy.deepcopy(base), engine=name)))
             out.append((f'{name}_cell', CellWorld(world, task.object_id), world.close))

@@ -135,7 +135,7 @@ def test_sample_reset_draws_the_old_samples(robot, name):
 
 
 def test_the_shipped_tasks_are_the_yaml_files(robot):
-    assert task_names() == ['pick_and_place', 'push_to_pose', 'slide_to_target']
+    assert task_names() == ['pick_and_place', 'push_to_pose', 'slide_to_target', 'stack']
     assert tasks_dir() == TASKS_DIR
     path = TASKS_DIR / 'push_to_pose.yaml'
     by_path = get_task(str(path), robot, {'max_steps': 7})
@@ -217,8 +217,8 @@ def test_a_reference_resolving_to_a_bad_value_names_the_field(robot):
     with pytest.raises(TaskError, match=r'<dict>: success\[2\]\.tolerance: must be a '
                                         r'number > 0, got 0.0'):
         get_task(load_task_spec(data), robot)
-    with pytest.raises(TaskError, match="unknown task 'stack'"):
-        get_task('stack', robot)
+    with pytest.raises(TaskError, match="unknown task 'open_drawer'"):
+        get_task('open_drawer', robot)
     with pytest.raises(TaskError, match='nope.yaml: cannot read'):
         get_task('nope.yaml', robot)
 

@@ -80,7 +80,7 @@ def test_twin_from_the_scene_with_start_values_and_identified_parameters(robot, 
         build_task_and_twin(robot, 'slide_to_target', scene=scene,
                             parameters={'geom/box_3/friction': -1.0})
     with pytest.raises(TaskError, match='known tasks'):
-        build_task_and_twin(robot, 'stack', scene=scene)
+        build_task_and_twin(robot, 'open_drawer', scene=scene)
 
 
 def test_default_scene_from_the_task_config(robot):

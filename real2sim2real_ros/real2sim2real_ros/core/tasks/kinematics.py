@@ -47,6 +47,9 @@ class ToolDownIK:
         self._dadr = self.model.jnt_dofadr[self._jids]
         self._tip = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, robot.tip_link)
         self.damping = float(damping)
+        # Redundant arms leave the roll about the tool axis free (the pusher is round); a
+        # task that needs it (a gripper's jaw turned to a box's faces) sets this False.
+        self.roll_free = True
         if q_ready is None:
             q_ready = ready_pose(robot, ik=self)
         self.q_ready = np.asarray(q_ready, float)
@@ -75,7 +78,8 @@ class ToolDownIK:
         joint limits: the self-motion is the least change from the seed, so paths are
         continuous and the arm keeps its elbow where the ready pose has it (where
         that pull stalls short of the target, near a singularity, the plain damped least
-        squares finishes from there)."""
+        squares finishes from there). There the roll about the tool axis is free unless
+        ``roll_free`` is False (a gripper's jaw must face the object)."""
         target = np.asarray(target, float)
         q = (self.q_ready if q_seed is None else np.asarray(q_seed, float)).copy()
         home = q.copy()
@@ -95,7 +99,7 @@ class ToolDownIK:
             mujoco.mju_mat2Quat(quat, r_err.ravel())
             e_rot = np.zeros(3)
             mujoco.mju_quat2Vel(e_rot, quat, 1.0)
-            if redundant:
+            if redundant and self.roll_free:
                 # The pusher is round: only its axis (tip z) is a task; the roll about it is
                 # free, one more freedom away from the wrist's singularity.
                 z, z_goal = rot[:, 2], self.rot_ready[:, 2]
@@ -105,7 +109,7 @@ class ToolDownIK:
             if err < tol and not redundant:
                 break
             mujoco.mj_jacBody(m, d, jacp, jacr, self._tip)
-            if redundant:
+            if redundant and self.roll_free:
                 jacr = (np.eye(3) - np.outer(z, z)) @ jacr
             J = np.vstack([jacp, jacr])[:, self._dadr]
             J_pinv = J.T @ np.linalg.inv(J @ J.T + self.damping * np.eye(6))

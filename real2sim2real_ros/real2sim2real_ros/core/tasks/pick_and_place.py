@@ -98,9 +98,10 @@ class PickAndPlace(DeclaredTask):
         self.robot = robot
         self.jaw = gripper_joints(robot)
         if self.jaw is None:
-            raise TaskError(f'pick_and_place: the robot {robot.name!r} has no parallel-jaw '
+            raise TaskError(f'{self.name}: the robot {robot.name!r} has no parallel-jaw '
                             'gripper (urdf/cell_arm_gripper.urdf, a Panda with its hand)')
         self.ik = ToolDownIK(robot)
+        self.ik.roll_free = False     # the jaw turns to the box's faces, on any arm
         self._rot0 = self.ik.rot_ready.copy()
         self._jaw_yaw0 = self._jaw_axis_yaw(self.ik.q_ready)
         c = self.cfg
@@ -124,6 +125,15 @@ class PickAndPlace(DeclaredTask):
         return np.array([d[0], d[1], self._relative_yaw(state['object_yaw'])])
 
     # ---------------------------------------------------------------- the motion
+    place_lift = 0.0    # m: the surface the box is set on, above the table (stack: the base)
+
+    def scene_objects(self) -> list[tuple[str, tuple]]:
+        """(id, size) of the objects an episode needs in the scene, the manipulated one first."""
+        return [(self.object_id, tuple(self.cfg.object_size))]
+
+    def arrange(self, world, reset: ResetSample) -> None:
+        """Put the episode's other objects in place (none here; stack: the base)."""
+
     def _jaw_axis_yaw(self, q) -> float:
         import mujoco
         self.ik.fk(q)
@@ -149,7 +159,7 @@ class PickAndPlace(DeclaredTask):
         grasp_z = c.table_height + max(c.object_size[2] / 2, self._pad_half + c.grasp_clearance)
         lift = grasp_z + c.carry_height
         grasp = np.array([*(reset.object_xy + a[:2]), grasp_z])
-        place = np.array([*(reset.goal_xy + a[2:]), grasp_z + c.place_drop])
+        place = np.array([*(reset.goal_xy + a[2:]), grasp_z + self.place_lift + c.place_drop])
         above = grasp + [0, 0, c.approach_height]
         seed = self.ik.q_ready.copy()
         q_above = self._solve_path([above], turn, seed)[0]
@@ -182,7 +192,7 @@ class PickAndPlace(DeclaredTask):
                 'object_yaw': quat_yaw(quat), 'goal_xy': reset.goal_xy,
                 'object_up_z': float(1 - 2 * (x * x + y * y)),
                 'jaw_position': float(jaw_position), 'jaw_open_at': self.jaw.upper,
-                'object_speed': float(speed)}
+                'object_speed': float(speed), 'goal_z': self.object_z + self.place_lift}
 
     def _wait(self, world, q, duration: float) -> None:
         world.execute(np.array([self.cfg.waypoint_dt]), np.asarray(q)[None], None, duration)
@@ -204,6 +214,7 @@ class PickAndPlace(DeclaredTask):
         action = check_action(self, policy(obs))
         plan = self.plan(view, action)
         world.reset(plan['q_above'], true_xyz, reset.object_yaw)
+        self.arrange(world, reset)
         try:
             world.command_gripper(self.jaw.upper, c.grasp_effort)
             self._wait(world, plan['q_above'], c.open_time)
@@ -225,7 +236,8 @@ class PickAndPlace(DeclaredTask):
         return EpisodeResult(self.success(state), self.reward(state), self.error(state),
                              obs[None], action[None], state['object_xy'], state['object_yaw'],
                              {'turn': plan['turn'], 'jaw_on_box': held,
-                              'upright': bool(state['object_up_z'] > 0.95)})
+                              'upright': bool(state['object_up_z'] > 0.95),
+                              'height_error': state['object_z'] - state['goal_z']})
 
     def _failed(self, world, reset, info, obs=None, action=None) -> EpisodeResult:
         xyz, quat = scored_pose(world)
@@ -247,3 +259,33 @@ class PickAndPlace(DeclaredTask):
                                                 self.cfg.offset_max)])
         return policy
 
+
+
+@dataclass
+class StackConfig(PickConfig):
+    """stack settings: pick_and_place's, and the base box the object is set on."""
+    base_id: str = 'box_1'
+    base_size: tuple[float, float, float] = (0.07, 0.07, 0.04)   # m
+    stack_radius: float = 0.02           # m, the top box's centre from the base's (success)
+
+
+class Stack(PickAndPlace):
+    """Grasp a box and set it down on top of another (the base, placed by the episode at the
+    goal point), released and at rest (one-shot; config/tasks/stack.yaml). The place offsets
+    are relative to the base's centre, which the policy gets as the goal (a lab's tracker
+    would give it; the episode's placement here)."""
+    name = 'stack'
+
+    @property
+    def place_lift(self) -> float:
+        """The base's height (m): the box is set on its top face."""
+        return float(self.cfg.base_size[2])
+
+    def scene_objects(self) -> list[tuple[str, tuple]]:
+        """The manipulated box, then the base."""
+        return [*super().scene_objects(), (self.cfg.base_id, tuple(self.cfg.base_size))]
+
+    def arrange(self, world, reset: ResetSample) -> None:
+        """The base at rest on the table at the goal point, turned like the box."""
+        z = self.cfg.table_height + self.cfg.base_size[2] / 2
+        world.place_object(self.cfg.base_id, [*reset.goal_xy, z], reset.object_yaw)

@@ -59,6 +59,21 @@ def gripper_open(state: dict, p: dict, context: dict) -> bool:
     return pos >= float(_need(state, 'jaw_open_at', 'gripper_open')) - p['tolerance']
 
 
+def on_top_of(state: dict, p: dict, context: dict) -> bool:
+    """The object resting on another's top face: its centre within ``radius`` (m) of the
+    goal point in the table plane and within ``height_tolerance`` (m) of ``state['goal_z']``
+    (the centre height it has resting there)."""
+    return (goal_distance(state) <= p['radius'] and
+            abs(state['object_z'] - float(_need(state, 'goal_z', 'on_top_of')))
+            < p['height_tolerance'])
+
+
+def level(state: dict, p: dict, context: dict) -> bool:
+    """Not tilted: ``state['object_up_z']`` (the cosine of the largest tilt) above
+    ``min_up_z`` (wherever the object rests; ``upright`` also needs the table)."""
+    return p['min_up_z'] is None or float(_need(state, 'object_up_z', 'level')) > p['min_up_z']
+
+
 def upright(state: dict, p: dict, context: dict) -> bool:
     """Resting on the table right way up: the centre within ``height_tolerance`` (m) of its
     rest height and, when ``min_up_z`` is given, the object's z axis . world z above it (the
@@ -102,6 +117,8 @@ PREDICATES = {
     'object_within': (object_within, ('radius',), {}),
     'object_in_square': (object_in_square, ('half_width',), {}),
     'gripper_open': (gripper_open, (), {'tolerance': 0.005}),
+    'on_top_of': (on_top_of, ('radius',), {'height_tolerance': 0.01}),
+    'level': (level, (), {'min_up_z': 0.95}),
     'upright': (upright, (), {'height_tolerance': 0.01, 'min_up_z': None}),
     'yaw_within': (yaw_within, ('tolerance',), {}),
     'at_rest': (at_rest, ('speed',), {}),

@@ -46,12 +46,14 @@ KINDS = {
     'slide_to_target': ('.slide_to_target', 'SlideToTarget', 'SlideConfig'),
     'push_to_pose': ('.push_to_pose', 'PushToPose', 'PushConfig'),
     'pick_and_place': ('.pick_and_place', 'PickAndPlace', 'PickConfig'),
+    'stack': ('.pick_and_place', 'Stack', 'StackConfig'),
 }
 # kind -> expert name -> its parameter names
 EXPERTS = {
     'slide_to_target': {'friction_model_strike': ('friction', 'spread')},
     'push_to_pose': {'face_pushing': ('gain_spread',)},
     'pick_and_place': {'centre_grasp': ('noise',)},
+    'stack': {'centre_grasp': ('noise',)},
 }
 TOP_KEYS = ('task', 'object', 'start', 'goal', 'horizon', 'expert', 'reward', 'success',
             'config')

@@ -55,9 +55,8 @@ class ObservationLost(RuntimeError):
     """No usable pose of the object (not seen, or none fresh enough): the episode fails."""
 
 
-def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable()) -> str:
-    """MJCF scene (scene_mjcf format: table + ``object/<id>`` free body) for one box or
-    upright cylinder."""
+def _object_body_xml(obj: TaskObject, pos) -> str:
+    """A free ``object/<id>`` body (box or upright cylinder) at ``pos``."""
     if obj.shape not in ('box', 'cylinder'):
         raise ValueError(f'object {obj.id!r}: a task scene holds a box or a cylinder, got '
                          f'{obj.shape!r}')
@@ -72,7 +71,24 @@ def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable()) -> str:
                          for a, b in ((hy, hz), (hx, hz), (hx, hy)))
         geom = f'type="box" size="{hx} {hy} {hz}"'
     name = OBJECT_PREFIX + obj.id
+    return f"""    <body name="{name}" pos="{pos[0]} {pos[1]} {pos[2]}">
+      <freejoint name="{name}"/>
+      <inertial pos="0 0 0" mass="{obj.mass}" diaginertia="{ixx} {iyy} {izz}"/>
+      <geom name="{name}" {geom} condim="4" mass="0"
+            priority="{OBJECT_GEOM_PRIORITY}" friction="{obj.friction} 0.005 0.0001"/>
+    </body>
+"""
+
+
+def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable(),
+                   others: tuple[TaskObject, ...] = ()) -> str:
+    """MJCF scene (scene_mjcf format: table + ``object/<id>`` free bodies) for one box or
+    upright cylinder at the table's centre, and ``others`` (a stack's base, ...) resting
+    0.3 m to its left, 0.15 m apart (an episode places them)."""
     tx, ty = table.center
+    bodies = _object_body_xml(obj, (tx, ty, table.height + obj.half_height))
+    for k, o in enumerate(others):
+        bodies += _object_body_xml(o, (tx, ty + 0.3 + 0.15 * k, table.height + o.half_height))
     # Elliptic friction cones: MuJoCo's default pyramidal cone makes sliding anisotropic (a box
     # sent off at 0.3 rad to the table's x axis slides away at 0.5 rad).
     return f"""<mujoco model="task_scene">
@@ -81,13 +97,7 @@ def task_scene_xml(obj: TaskObject, table: TaskTable = TaskTable()) -> str:
   <worldbody>
     <geom name="table" type="box" size="{table.size[0] / 2} {table.size[1] / 2} 0.02"
           pos="{tx} {ty} {table.height - 0.02}" friction="{table.friction} 0.005 0.0001"/>
-    <body name="{name}" pos="{tx} {ty} {table.height + hz}">
-      <freejoint name="{name}"/>
-      <inertial pos="0 0 0" mass="{obj.mass}" diaginertia="{ixx} {iyy} {izz}"/>
-      <geom name="{name}" {geom} condim="4" mass="0"
-            priority="{OBJECT_GEOM_PRIORITY}" friction="{obj.friction} 0.005 0.0001"/>
-    </body>
-  </worldbody>
+{bodies}  </worldbody>
 </mujoco>"""
 
 
@@ -194,6 +204,19 @@ class TwinWorld:
             self._jaw.reset(self._jaw_start, tw.data)
         mujoco.mj_forward(tw.model, tw.data)
         self._follower = TrajectoryFollower(self.joint_names, np.asarray(q0, float))
+
+    def place_object(self, object_id: str, xyz, yaw: float) -> None:
+        """Put another object of the scene (a stack's base) at rest at ``xyz``, ``yaw``."""
+        m, d = self.twin.model, self.twin.data
+        j = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, OBJECT_PREFIX + object_id)
+        if j < 0:
+            raise ValueError(f'no free object {object_id!r} in the twin; have '
+                             f'{self.twin.object_ids}')
+        qa, da = int(m.jnt_qposadr[j]), int(m.jnt_dofadr[j])
+        d.qpos[qa:qa + 3] = xyz
+        d.qpos[qa + 3:qa + 7] = yaw_quat(yaw)
+        d.qvel[da:da + 6] = 0.0
+        mujoco.mj_forward(m, d)
 
     def execute(self, times, positions, velocities=None, duration: float | None = None) -> None:
         """Follow a joint trajectory starting now, then advance ``duration`` s in total."""
@@ -319,6 +342,10 @@ class CellWorld:
             self.world.step_for(d)
         else:
             self.observer.step(self.world, d, stream=self.stream)
+
+    def place_object(self, object_id: str, xyz, yaw: float) -> None:
+        """The evaluator puts another object (a stack's base) at ``xyz``, ``yaw``."""
+        self.world.reset_objects([object_id], [(np.asarray(xyz, float), yaw_quat(yaw))])
 
     def command_gripper(self, position: float, max_effort: float | None = None) -> None:
         """The cell's jaw towards ``position`` (m) with at most ``max_effort`` (N)."""
