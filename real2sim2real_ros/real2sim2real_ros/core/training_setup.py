@@ -213,6 +213,9 @@ def build_task_and_twin(robot, task_name: str, *, scene: SceneInfo | None = None
         overrides['object_id'] = object_id
     overrides.update(extra)
     task = get_task(task_name, robot, overrides or None)
+    if not getattr(task, 'trainable', True):
+        raise TaskError(f'{task_name}: training is not implemented for this task yet (its '
+                        'scripted expert runs: r2s2r expert-check --task ' + task_name + ')')
     cfg = task.config()
     if scene is not None:
         ids = [o.id for o in scene.objects]

@@ -139,3 +139,10 @@ def test_a_redundant_arm_turns_its_hand_to_the_box_faces():
     yaw = task._jaw_axis_yaw(plan['descend'][1][-1])
     gap = (yaw - 0.09 + np.pi / 4) % (np.pi / 2) - np.pi / 4
     assert abs(gap) < 0.01
+
+
+def test_training_a_grasping_task_is_refused_with_one_line(robot):
+    from real2sim2real_ros.core.training_setup import build_task_and_twin
+    for name in ('pick_and_place', 'stack'):
+        with pytest.raises(TaskError, match=f'{name}: training is not implemented'):
+            build_task_and_twin(robot, name)

@@ -92,6 +92,7 @@ class PickAndPlace(DeclaredTask):
     observation_dim = 3
     action_dim = 4
     one_shot = True
+    trainable = False    # the twins and cells run it; training and the harness do not yet
 
     def __init__(self, robot, config: PickConfig | dict | None = None, spec=None):
         self.bind_spec(config, spec)
