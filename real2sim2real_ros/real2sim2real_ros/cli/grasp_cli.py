@@ -27,7 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description='The hold test (docs/grasping.md): a box grasped, lifted and carried '
                     'through a base turn; prints its slip in the grasp per world.')
     p.add_argument('--robot', default='gripper',
-                   help="'gripper' (urdf/cell_arm_gripper.urdf), "
+                   help="'gripper' (urdf/cell_arm_gripper.urdf), 'default' (the pusher arm), "
                         "'example-robot-data:panda' or a URDF path (default: gripper)")
     p.add_argument('--cell', default='',
                    help='cell spec YAML whose servo, contact and camera values the cells use '
@@ -44,10 +44,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _robot_urdf(name: str) -> str:
-    from ..core.robot_description import gripper_cell_urdf
+    from ..core.robot_description import default_cell_urdf, gripper_cell_urdf
     from ..core.tools import resolve_robot_urdf
     if name == 'gripper':
         return str(gripper_cell_urdf())
+    if name == 'default':
+        return str(default_cell_urdf())
     if name.startswith('example-robot-data:'):
         return str(resolve_robot_urdf(name))
     return name
@@ -111,22 +113,28 @@ def run(args) -> dict:
             'command': 'r2s2r hold-test ' + ' '.join(sys.argv[2:])}
 
 
-def cmd_hold_test(args) -> int:
+def _main(verb: str, run_fn, args) -> int:
+    """Run ``run_fn(args)``; one error line and exit 2 for bad input, the JSON to --out."""
     from ..core.artifacts import atomic_write_json
     from ..core.cell_spec import CellSpecError
     from ..core.emulated_world import WorldBuildError
     from ..core.grasping.jaw import GripperError
     from ..core.robot_description import RobotDescriptionError
     try:
-        record = run(args)
+        record = run_fn(args)
     except (ValueError, OSError, CellSpecError, WorldBuildError, GripperError,
-            RobotDescriptionError) as exc:
-        print(f'r2s2r hold-test: error: {exc}', file=sys.stderr)
+            RobotDescriptionError) as exc:     # TaskError is a ValueError
+        print(f'r2s2r {verb}: error: {exc}', file=sys.stderr)
         return EXIT_USAGE
     if args.out:
         atomic_write_json(args.out, record)
         print(args.out)
     return EXIT_OK
+
+
+def cmd_hold_test(args) -> int:
+    """``r2s2r hold-test``."""
+    return _main('hold-test', run, args)
 
 
 # ----------------------------------------------------------------------------- expert-check
@@ -232,19 +240,5 @@ def run_expert(args) -> dict:
 
 
 def cmd_expert_check(args) -> int:
-    from ..core.artifacts import atomic_write_json
-    from ..core.cell_spec import CellSpecError
-    from ..core.emulated_world import WorldBuildError
-    from ..core.grasping.jaw import GripperError
-    from ..core.robot_description import RobotDescriptionError
-    from ..core.tasks import TaskError
-    try:
-        record = run_expert(args)
-    except (ValueError, OSError, CellSpecError, WorldBuildError, GripperError,
-            RobotDescriptionError, TaskError) as exc:
-        print(f'r2s2r expert-check: error: {exc}', file=sys.stderr)
-        return EXIT_USAGE
-    if args.out:
-        atomic_write_json(args.out, record)
-        print(args.out)
-    return EXIT_OK
+    """``r2s2r expert-check``."""
+    return _main('expert-check', run_expert, args)

@@ -132,3 +132,10 @@ def test_hold_test_cli_names_bad_input(capsys):
     assert "--worlds: unknown ['bullet']" in capsys.readouterr().err
     assert r2s2r(['hold-test', '--robot', str(default_cell_urdf()), '--worlds', 'twin']) == 2
     assert 'no parallel-jaw gripper' in capsys.readouterr().err
+    assert r2s2r(['expert-check', '--robot', 'default', '--worlds', 'twin']) == 2
+    assert "pick_and_place: the robot 'cell_arm' has no parallel-jaw" in capsys.readouterr().err
+    # Any task's expert: slide_to_target on the pusher arm, one episode in the twin.
+    assert r2s2r(['expert-check', '--task', 'slide_to_target', '--robot', 'default',
+                  '--cell', str(CELLS / 'default.yaml'), '--worlds', 'twin',
+                  '--episodes', '1']) == 0
+    assert 'twin' in capsys.readouterr().err

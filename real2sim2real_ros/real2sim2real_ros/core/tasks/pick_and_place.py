@@ -128,10 +128,6 @@ class PickAndPlace(DeclaredTask):
     # ---------------------------------------------------------------- the motion
     place_lift = 0.0    # m: the surface the box is set on, above the table (stack: the base)
 
-    def scene_objects(self) -> list[tuple[str, tuple]]:
-        """(id, size) of the objects an episode needs in the scene, the manipulated one first."""
-        return [(self.object_id, tuple(self.cfg.object_size))]
-
     def arrange(self, world, reset: ResetSample) -> None:
         """Put the episode's other objects in place (none here; stack: the base)."""
 

@@ -427,6 +427,11 @@ class DeclaredTask:
         """Height (m) of the object's centre resting on the table."""
         return self.cfg.table_height + self.cfg.object_size[2] / 2
 
+    def scene_objects(self) -> list[tuple[str, tuple]]:
+        """(id, size) of the objects an episode needs in the scene, the manipulated one
+        first."""
+        return [(self.object_id, tuple(self.cfg.object_size))]
+
     def initial_state(self, reset) -> dict:
         """The task state at the episode's start ``reset`` (a ResetSample)."""
         return {'object_xy': reset.object_xy, 'object_yaw': reset.object_yaw,
