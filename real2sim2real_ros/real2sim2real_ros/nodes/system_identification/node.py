@@ -82,6 +82,10 @@ PARAMETERS = (
     Param('tracked_objects_topic', 'tracked_objects',
           'Tracked object poses (real2sim2real_msgs/TrackedObjects), subscribed only while '
           'an identify goal with strike probes runs.', read_only=True),
+    Param('tracked_objects_wait', 10.0,
+          'Seconds to wait for a fresh tracked pose before a strike is planned (the lazy '
+          'tracker starts when it sees the subscription; 3 s missed it on a loaded PC).',
+          lo=0.5, hi=120.0),
     Param('scene_file', '',
           "MJCF scene whose objects are identified; '' = the latest message on the latched "
           'scene topic (scene_reconstruction). Read at each goal.'),

@@ -115,9 +115,11 @@ class ExecutorProbes:
         return bags, [p.name for p in probes]
 
 
-    def _tracked_poses(self, ids, window: float = 0.4, timeout: float = 3.0):
-        """{id: (xyz, yaw)}: the mean of the tracked poses over the last ``window`` s."""
+    def _tracked_poses(self, ids, window: float = 0.4):
+        """{id: (xyz, yaw)}: the mean of the tracked poses over the last ``window`` s, waiting
+        up to the ``tracked_objects_wait`` parameter for one."""
         from ...core.sysid.stage import mean_tracked_poses
+        timeout = float(self.p.tracked_objects_wait)
         deadline = time.monotonic() + timeout
         while True:
             now = self.get_clock().now().nanoseconds
