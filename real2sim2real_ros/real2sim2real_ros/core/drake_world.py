@@ -306,7 +306,7 @@ class DrakeWorld(ServoCellBase):
 
         # Robot collision geometry: the table's friction (so an object-robot pair gets the
         # object's value) and no self-collision (the MuJoCo cell excludes it too).
-        robot_geoms, fingers = [], self._finger_bodies(plant, robot)
+        robot_geoms, fingers = [], self._finger_bodies()
         for b in plant.GetBodyIndices(robot):
             geoms = plant.GetCollisionGeometriesForBody(plant.get_body(b))
             robot_geoms += geoms
@@ -420,10 +420,9 @@ class DrakeWorld(ServoCellBase):
         act.set_controller_gains(gains_type(p=jaw.kp, d=jaw.kv))
         self._jaw_actuator = act
         self._jaw_joints = [joint] + [plant.GetJointByName(f, robot) for f in joints.followers]
-        self._jaw_start = float(desc.held_positions[desc.held_joint_names.index(joints.joint)])
         return jaw
 
-    def _finger_bodies(self, plant, robot) -> set:
+    def _finger_bodies(self) -> set:
         """Body indices of the gripper's fingers (the jaw joints' child bodies)."""
         if self._jaw is None:
             return set()
@@ -453,8 +452,8 @@ class DrakeWorld(ServoCellBase):
             q[self._qidx] = self.initial_positions
             if self._jaw is not None:
                 for joint in self._jaw_joints:
-                    q[joint.position_start()] = self._jaw_start
-                self._jaw.reset(self._jaw_start)
+                    q[joint.position_start()] = self._jaw.joints.start
+                self._jaw.reset(self._jaw.joints.start)
                 self._apply_jaw_effort()
             self.plant.SetPositions(self._plant_context, q)
             self._step_count = 0

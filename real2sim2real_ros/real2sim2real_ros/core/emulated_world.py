@@ -175,8 +175,6 @@ class EmulatedWorld(ServoCellBase):
         desc = self.robot.description
         self._jaw = (MujocoJaw(self._model, desc, ROBOT_PREFIX)
                      if desc is not None and gripper_joints(desc) is not None else None)
-        self._jaw_start = (float(desc.held_positions[desc.held_joint_names.index(
-            self._jaw.joints.joint)]) if self._jaw is not None else 0.0)
         self._rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 1]))
         self._depth_rngs = {c.name: np.random.default_rng(np.random.SeedSequence([spec.seed, 2, i]))
                             for i, c in enumerate(spec.cameras)}
@@ -352,7 +350,7 @@ class EmulatedWorld(ServoCellBase):
             mujoco.mj_resetData(self._model, self._data)
             self._data.qpos[self._qadr] = self.initial_positions
             if self._jaw is not None:
-                self._jaw.reset(self._jaw_start, self._data)
+                self._jaw.reset(self._jaw.joints.start, self._data)
             self._set_ctrl(self.initial_positions, np.zeros(len(self.joint_names)))
             self.follower.hold(self.initial_positions, 0.0)
             hold = (self.initial_positions.copy(), np.zeros(len(self.joint_names)))

@@ -233,9 +233,10 @@ class ServoCellBase:
             self._require_jaw()
             return self._jaw_measured
 
-    def gripper_joint_name(self) -> str:
-        """The jaw's driven joint (its /joint_states name)."""
-        return self._require_jaw().joints.joint
+    def gripper_joints(self):
+        """The jaw's joints and limits (core/grasping/jaw.GripperJoints); ``joint`` is the
+        driven one, its /joint_states name."""
+        return self._require_jaw().joints
 
     def _apply_jaw_effort(self) -> None:
         """Engine hook: make the jaw's effort cap (``self._jaw.max_effort``) take effect."""

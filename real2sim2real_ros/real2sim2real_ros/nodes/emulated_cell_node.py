@@ -427,7 +427,7 @@ class EmulatedCellNode(Node):
         msg = JointState(name=list(w.joint_names), position=q.tolist(), velocity=v.tolist(),
                          effort=e.tolist())
         if jaw is not None:
-            cell_messages.append_joint(msg, w.gripper_joint_name(), jaw)
+            cell_messages.append_joint(msg, w.gripper_joints().joint, jaw)
             if self.gripper is not None:
                 self.gripper.update(state['time'], jaw)
         msg.header.stamp = time_stamp

@@ -48,8 +48,8 @@ class GripperActionServer:
 
     def __init__(self, node, world, controller: str, action_type, kind: str):
         self.node, self.world, self.action_type, self.kind = node, world, action_type, kind
-        self.joint = world.gripper_joint_name()
-        self._jaw = world._require_jaw().joints
+        self._jaw = world.gripper_joints()
+        self.joint = self._jaw.joint
         self._lock = threading.Lock()
         self._active: _Active | None = None
         self._started: dict[bytes, _Active | str] = {}
@@ -118,30 +118,23 @@ class GripperActionServer:
             self._started[key] = str(exc)
         handle.execute()
 
-    def _state(self) -> tuple[float, float, float]:
-        return self.world.gripper_state()
+    def _with_state(self, msg):
+        """``msg`` (the action's Result or Feedback: the same state fields) with the jaw's
+        state: a JointState (ParallelGripperCommand) or position and effort
+        (GripperCommand)."""
+        pos, vel, eff = self.world.gripper_state()
+        if self.kind == 'parallel_gripper_command':
+            msg.state = JointState(name=[self.joint], position=[pos], velocity=[vel],
+                                   effort=[eff])
+        else:
+            msg.position, msg.effort = pos, eff
+        return msg
 
     def _result(self, outcome: gg.GripperOutcome | None):
-        pos, vel, eff = self._state()
-        r = self.action_type.Result()
-        if self.kind == 'parallel_gripper_command':
-            r.state = JointState(name=[self.joint], position=[pos], velocity=[vel],
-                                 effort=[eff])
-        else:
-            r.position, r.effort = pos, eff
+        r = self._with_state(self.action_type.Result())
         if outcome is not None:
             r.stalled, r.reached_goal = outcome.stalled, outcome.reached_goal
         return r
-
-    def _feedback(self):
-        pos, vel, eff = self._state()
-        fb = self.action_type.Feedback()
-        if self.kind == 'parallel_gripper_command':
-            fb.state = JointState(name=[self.joint], position=[pos], velocity=[vel],
-                                  effort=[eff])
-        else:
-            fb.position, fb.effort = pos, eff
-        return fb
 
     def _execute(self, handle):
         active = self._started.pop(bytes(handle.goal_id.uuid))
@@ -164,7 +157,7 @@ class GripperActionServer:
             if not self.node.context.ok():
                 handle.abort()
                 return self._result(None)
-            handle.publish_feedback(self._feedback())
+            handle.publish_feedback(self._with_state(self.action_type.Feedback()))
         out = active.outcome
         if out.succeeded:
             handle.succeed()

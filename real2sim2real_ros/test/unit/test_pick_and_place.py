@@ -136,7 +136,7 @@ def test_a_redundant_arm_turns_its_hand_to_the_box_faces():
     reset = ResetSample(np.array([0.45, -0.10]), 0.09, np.array([0.45, 0.10]))
     plan = task.plan(reset, np.zeros(4))
     assert abs(plan['turn']) > 0.6                         # a large turn is asked for
-    yaw = task._jaw_axis_yaw(plan['descend'][1][-1])
+    yaw = task.jaw_axis_yaw(plan['descend'][1][-1])
     gap = (yaw - 0.09 + np.pi / 4) % (np.pi / 2) - np.pi / 4
     assert abs(gap) < 0.01
 

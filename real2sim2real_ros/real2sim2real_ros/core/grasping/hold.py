@@ -145,7 +145,7 @@ def plan_hold(robot, cfg: HoldConfig = HoldConfig()) -> HoldPlan:
     ik = ToolDownIK(robot)
     dt = cfg.sample_period
     # The pads span +-half their length about the tip; keep their lower ends clear.
-    pad_half = _pad_half_length(robot)
+    pad_half = pad_half_length(robot)
     grasp = np.array([*cfg.box_xy, max(cfg.box_size / 2, pad_half + cfg.grasp_clearance)])
     above = grasp + [0.0, 0.0, cfg.approach]
     lifted = grasp + [0.0, 0.0, cfg.lift]
@@ -182,10 +182,10 @@ def plan_hold(robot, cfg: HoldConfig = HoldConfig()) -> HoldPlan:
     jaw_cmds = [(0.0, jaw.upper, cfg.effort), (t_closed, jaw.lower, cfg.effort)]
     box_centre = np.array([*cfg.box_xy, cfg.box_size / 2])
     return HoldPlan(np.concatenate(times), np.vstack(qs), np.vstack(qds), jaw_cmds, marks,
-                    (box_centre, _jaw_yaw(robot, ik, q_grasp)))
+                    (box_centre, jaw_axis_yaw(robot, ik, q_grasp)))
 
 
-def _pad_half_length(robot) -> float:
+def pad_half_length(robot) -> float:
     """Half the vertical span of the fingers' collision geometry about the tip (m)."""
     model = robot.compile()
     data = mujoco.MjData(model)
@@ -204,9 +204,9 @@ def _pad_half_length(robot) -> float:
     return span
 
 
-def _jaw_yaw(robot, ik: ToolDownIK, q) -> float:
-    """Yaw of the box that faces the jaw: the driven finger's travel axis in the world at
-    the grasp, projected on the table (the box's x axis along it)."""
+def jaw_axis_yaw(robot, ik: ToolDownIK, q) -> float:
+    """Yaw (rad) of the driven finger's travel axis in the world at joints ``q``, projected
+    on the table: a box with its x axis along it faces the jaw."""
     ik.fk(q)
     jid = mujoco.mj_name2id(ik.model, mujoco.mjtObj.mjOBJ_JOINT, gripper_joints(robot).joint)
     axis = ik.data.xaxis[jid]

@@ -59,6 +59,7 @@ class GripperJoints:
     upper: float                    # m
     max_effort: float               # N, the URDF effort limit
     max_velocity: float             # m/s, the URDF velocity limit
+    start: float = 0.0              # m, where the description holds it (its held position)
 
 
 def gripper_joints(robot) -> GripperJoints | None:
@@ -76,8 +77,9 @@ def gripper_joints(robot) -> GripperJoints | None:
     effort = info.effort if math.isfinite(info.effort) else 0.0
     if not effort > 0:
         raise GripperError(f"{robot.name}: jaw joint '{info.name}' needs an effort limit > 0")
+    start = float(robot.held_positions[robot.held_joint_names.index(info.name)])
     return GripperJoints(info.name, followers, float(info.lower), float(info.upper),
-                         float(effort), float(info.velocity))
+                         float(effort), float(info.velocity), start)
 
 
 class JawServo:

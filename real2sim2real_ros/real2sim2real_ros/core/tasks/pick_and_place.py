@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..geometry import quat_yaw
-from ..grasping.hold import _pad_half_length
+from ..grasping.hold import jaw_axis_yaw, pad_half_length
 from ..grasping.jaw import gripper_joints
 from ..twin import UnstableTwinError
 from .base import EpisodeResult, ResetSample, TaskError, check_action
@@ -104,9 +104,9 @@ class PickAndPlace(DeclaredTask):
         self.ik = ToolDownIK(robot)
         self.ik.roll_free = False     # the jaw turns to the box's faces, on any arm
         self._rot0 = self.ik.rot_ready.copy()
-        self._jaw_yaw0 = self._jaw_axis_yaw(self.ik.q_ready)
+        self._jaw_yaw0 = self.jaw_axis_yaw(self.ik.q_ready)
         c = self.cfg
-        self._pad_half = _pad_half_length(robot)
+        self._pad_half = pad_half_length(robot)
         self.action_low = np.full(4, -c.offset_max)
         self.action_high = np.full(4, c.offset_max)
 
@@ -131,12 +131,9 @@ class PickAndPlace(DeclaredTask):
     def arrange(self, world, reset: ResetSample) -> None:
         """Put the episode's other objects in place (none here; stack: the base)."""
 
-    def _jaw_axis_yaw(self, q) -> float:
-        import mujoco
-        self.ik.fk(q)
-        jid = mujoco.mj_name2id(self.ik.model, mujoco.mjtObj.mjOBJ_JOINT, self.jaw.joint)
-        axis = self.ik.data.xaxis[jid]
-        return float(math.atan2(axis[1], axis[0]))
+    def jaw_axis_yaw(self, q) -> float:
+        """Yaw (rad) of the jaw's travel axis at joints ``q`` (hold.jaw_axis_yaw)."""
+        return jaw_axis_yaw(self.robot, self.ik, q)
 
     def _solve_path(self, points, turn: float, q_seed):
         """Joint positions along tip ``points`` with the tool down, turned by ``turn`` (rad)

@@ -162,7 +162,6 @@ class TwinWorld:
         self.joint_names = list(twin.joint_names)
         self._follower = None
         self._jaw = None        # the gripper's jaw, once a grasping task prepares it
-        self._jaw_start = 0.0
 
     def prepare_grasping(self) -> None:
         """Drive the robot's jaw (core/grasping/jaw.MujocoJaw) with the twin's grasp contact
@@ -174,9 +173,7 @@ class TwinWorld:
         robot = self.twin.robot
         jaw = MujocoJaw(self.twin.model, robot)
         twin_grasp_contacts(self.twin.model, robot)
-        self._jaw_start = float(robot.held_positions[robot.held_joint_names.index(
-            jaw.joints.joint)])
-        jaw.reset(float(self.twin.data.qpos[jaw._qadr]))
+        jaw.reset(jaw.state(self.twin.data)[0])
         self._jaw = jaw
 
     def command_gripper(self, position: float, max_effort: float | None = None) -> None:
@@ -201,7 +198,7 @@ class TwinWorld:
         tw.data.qpos[self._qa + 3:self._qa + 7] = yaw_quat(object_yaw)
         tw.data.qvel[self._da:self._da + 6] = 0.0
         if self._jaw is not None:
-            self._jaw.reset(self._jaw_start, tw.data)
+            self._jaw.reset(self._jaw.joints.start, tw.data)
         mujoco.mj_forward(tw.model, tw.data)
         self._follower = TrajectoryFollower(self.joint_names, np.asarray(q0, float))
 
