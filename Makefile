@@ -11,6 +11,7 @@ help:
 	@echo "make test-fast  lint + the unit tier (test/unit: no node process, no ROS graph)"
 	@echo "make demo    the whole loop on the emulated cell (capture .. train .. execute .. evaluate)"
 	@echo "             CELL=drake_default (a shipped cell's name or a cell spec path) picks the cell"
+	@echo "             TASK=pick_and_place picks the task (a grasping one: the gripper cell)"
 	@echo "make demo-quick  bring up the graph and execute one trajectory (under a minute)"
 	@echo "make bench   speed and accuracy figures (printed; see README results table)"
 	@echo "make evaluate  the harness on $(EVAL_CELLS) wide-prior cells x seeds $(EVAL_SEEDS),"
@@ -38,7 +39,7 @@ test-fast: setup
 	@$(ENV) python -m pytest -n auto real2sim2real_ros/test/unit
 
 demo: setup
-	@$(ENV) python -m real2sim2real_ros.demo $(if $(CELL),--cell-spec "$(CELL)")
+	@$(ENV) python -m real2sim2real_ros.demo $(if $(CELL),--cell-spec "$(CELL)") $(if $(TASK),--task "$(TASK)")
 
 demo-quick: setup
 	@$(ENV) python -m real2sim2real_ros.demo_quick

@@ -291,4 +291,8 @@ def task_success_at(task, xyz, quat_wxyz, goal) -> bool:
     state = {'object_xy': pose.xy, 'object_z': pose.z, 'object_yaw': pose.yaw,
              'object_up_z': pose.up_z, 'goal_xy': np.asarray(goal[:2], float),
              'goal_yaw': float(goal[2]) if len(goal) > 2 else pose.yaw, 'tip_xy': None}
+    jaw = getattr(task, 'jaw', None)
+    if jaw is not None:   # a grasping task's episode ran to its end: its last grip opened
+        state.update(jaw_position=jaw.upper, jaw_open_at=jaw.upper, object_speed=0.0,
+                     goal_z=task.object_z + task.place_lift)
     return bool(task.success(state))

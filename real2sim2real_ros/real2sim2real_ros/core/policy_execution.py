@@ -27,6 +27,11 @@ the controller backend, supervision). Here:
     observation -> action -> the next short segment, a one-point trajectory reached after
     one period (JTC semantics: each segment replaces the rest of the previous one from its
     start time). The task decides success; its ``max_steps`` ends an unsuccessful episode.
+  - **pick_and_place** / **stack** (one-shot, a robot with a parallel-jaw gripper): ONE
+    observation -> ONE action -> the task's ``plan()``, run as the approach to the plan's
+    ``q_above`` and three motions each preceded by a jaw command (``Motion.grip``: open,
+    close with the task's ``grasp_effort`` or the action's effort, open) that the executor
+    sends through its gripper backend and waits for (:class:`PickEpisode`).
 
 * :class:`SafetyGate` runs every trajectory through core/execution_safety (joint position
   and velocity limits, tool tip inside the workspace box, timing) against the position the
@@ -40,11 +45,13 @@ real2sim2real_msgs/PolicyStep on ``policy_steps``, what makes an episode's bag a
 
 Observations: joint positions (the executor's /joint_states) and object poses
 (:class:`ObjectPose`, from the camera tracker's ``tracked_objects``). The goal is the
-action's ``task_goal``: ``[x, y]`` (slide_to_target; a third value is ignored) or
+action's ``task_goal``: ``[x, y]`` (slide_to_target, pick_and_place and stack, whose goal is
+the target square's centre, the base box's for stack; a third value is ignored) or
 ``[x, y]`` / ``[x, y, yaw]`` (push_to_pose; without yaw the box keeps its observed yaw), world
 frame (the robot base), m and rad. An empty goal is the task's default, relative to the first
-observed pose: slide_to_target the middle of its distance and heading ranges, push_to_pose
-the middle of its forward range along +x. Goals outside the workspace (and, for
+observed pose: slide_to_target and pick_and_place the middle of its distance and heading
+ranges, push_to_pose the middle of its forward range along +x (stack has none: its base is
+not tracked). Goals outside the workspace (and, for
 push_to_pose, outside the task's own table area) are refused before anything moves.
 """
 from __future__ import annotations
@@ -334,6 +341,9 @@ class Motion:
     settle: float = 0.0            # s to wait after its end before the next observation
     wait_at_goal: bool = True      # the arm must reach the last point (goal tolerance)
     validated: es.ValidatedTrajectory | None = None
+    # A jaw command (position m, max effort N) the executor sends through its gripper
+    # backend, and waits for, before the trajectory (grasping tasks); None: none.
+    grip: tuple[float, float] | None = None
 
     @property
     def duration(self) -> float:
@@ -733,7 +743,94 @@ class PushEpisode(PolicyEpisode):
                 'goal_yaw': self.goal_yaw, 'ik_failures': self.ik_failures}
 
 
-EPISODES = {'slide_to_target': SlideEpisode, 'push_to_pose': PushEpisode}
+class PickEpisode(PolicyEpisode):
+    """pick_and_place (and stack): one observation -> one action -> the task's plan, run as
+    four motions with the jaw between them: the approach to the plan's ``q_above`` (the
+    wrist turned to the box's faces on the way), the descent with the jaw opened first, the
+    carry (lift, traverse, lower) after the jaw closed on the box with the task's
+    ``grasp_effort``, and the retreat after it opened, then the task's ``settle_time``.
+    Goal: the target square's centre ``[x, y]`` (stack: the base box's centre, required);
+    empty: the middle of the task's goal distance and heading ranges from the observed box.
+    The outcome needs the jaw's position at the end: the executor sets ``jaw_position``
+    from /joint_states. The tracker gives poses, not speeds: the outcome is observed after
+    the settle time and the at-rest predicate is scored at speed 0."""
+
+    one_shot = True
+
+    def __init__(self, loaded, gate, goal=(), settings=None):
+        super().__init__(loaded, gate, goal, settings)
+        g = _parse_goal(goal, (0, 2, 3), self.task.name)   # a third value is ignored
+        if g.size == 0 and self.task.place_lift > 0:
+            raise ExecutionError(INVALID_GOAL, f'{self.task.name}: task_goal must be the base '
+                                 "box's centre [x, y] (m): it is not tracked for this task")
+        self.goal_xy = None if g.size == 0 else g[:2].copy()
+        if self.goal_xy is not None:
+            gate.check_goal_xy(self.goal_xy)
+        self.plan: dict | None = None
+        self.jaw_position = math.nan
+
+    def _resolve_goal(self, pose: ObjectPose) -> np.ndarray:
+        if self.goal_xy is None:
+            c = self.task.cfg
+            rng = self.loaded.goal_rng
+            if rng is not None:   # a scripted demonstrator: the task's goal distribution
+                dist, heading = rng.uniform(*c.distance_range), rng.uniform(*c.heading_range)
+            else:
+                dist, heading = float(np.mean(c.distance_range)), float(np.mean(c.heading_range))
+            self.goal_xy = pose.xy + dist * np.array([np.cos(heading), np.sin(heading)])
+            self.gate.check_goal_xy(self.goal_xy, 'default goal')
+        return self.goal_xy
+
+    def goal_vector(self) -> list[float]:
+        """The goal as a list of floats (x, y in m; empty when none)."""
+        return [] if self.goal_xy is None else [float(v) for v in self.goal_xy]
+
+    def start(self, q_current, pose: ObjectPose) -> list[Motion]:
+        """The episode's motions from ``q_current`` for the box at ``pose``."""
+        task, c = self.task, self.task.cfg
+        goal = self._resolve_goal(pose)
+        reset = ResetSample(pose.xy, pose.yaw, goal.copy())
+        action = self._act(task.observation(task.initial_state(reset)), pose)
+        try:
+            plan = task.plan(reset, action)
+        except IKError as exc:
+            raise ExecutionError(WORKSPACE_VIOLATION, f'grasp of the box at ({pose.xy[0]:.3f}, '
+                                 f'{pose.xy[1]:.3f}) placed at ({goal[0]:.3f}, {goal[1]:.3f}): '
+                                 f'the tool cannot get there: {exc}') from None
+        self.plan = plan
+        names = tuple(self.gate.limits.names)
+        jaw, effort = task.jaw, float(plan['effort'])    # the task's, or the action's
+        motions = [self._approach(q_current, plan['q_above'], plan['q_above'])]
+        q_from = np.asarray(plan['q_above'], float)
+        for label, grip, settle in (('descend', jaw.upper, 0.0), ('carry', jaw.lower, 0.0),
+                                    ('retreat', jaw.upper, c.settle_time)):
+            t, q, qd = plan[label]
+            m = Motion(label, es.Trajectory(names, t, q, qd), settle=settle,
+                       grip=(float(grip), effort))
+            m.validated = self.gate.validate(m.trajectory, q_from, label)
+            motions.append(m)
+            q_from = q[-1]
+        self.done_reason = 'one-shot'
+        return motions
+
+    def state(self, pose: ObjectPose) -> dict:
+        """The task's state for the box at ``pose`` with the jaw at ``jaw_position``."""
+        return {'object_xy': pose.xy, 'object_z': pose.z, 'object_yaw': pose.yaw,
+                'goal_xy': self.goal_xy, 'object_up_z': pose.up_z,
+                'jaw_position': float(self.jaw_position), 'jaw_open_at': self.task.jaw.upper,
+                'object_speed': 0.0, 'goal_z': self.task.object_z + self.task.place_lift}
+
+    def goal_description(self) -> dict:
+        """Goal x, y (m) and, once planned, the wrist's turn (rad)."""
+        out = {'goal_xy': None if self.goal_xy is None else [float(v) for v in self.goal_xy]}
+        if self.plan is not None:
+            out['turn'] = float(self.plan['turn'])
+        return out
+
+
+EPISODES = {'slide_to_target': SlideEpisode, 'push_to_pose': PushEpisode,
+            'pick_and_place': PickEpisode, 'gentle_pick_and_place': PickEpisode,
+            'stack': PickEpisode}
 
 
 def make_episode(loaded: LoadedPolicy, gate: SafetyGate, goal=(),

@@ -2,7 +2,8 @@
 (config/cells/gripper.yaml, its ``gripper_controller/gripper_cmd``), started from
 cell_emulated.launch.xml. Refused unless armed and within the executor's limits; open and
 close reach the jaw's limits; a stop during a close ends the goal STOPPED and the jaw never
-opens after it; ``r2s2r grip`` prints the outcome."""
+opens after it; ``r2s2r grip`` prints the outcome; ``robot_executor/execute_policy`` runs a
+pick_and_place checkpoint, the jaw driven through the same action between its motions."""
 from __future__ import annotations
 
 import threading
@@ -105,3 +106,39 @@ def test_r2s2r_grip_prints_the_outcome(gripper_cell, capsys):
     assert 'grip open: reached; jaw' in capsys.readouterr().out
     assert r2s2r(['grip', 'close', '--effort', '500']) == 1
     assert 'INVALID_GOAL: max_effort' in capsys.readouterr().out
+
+
+def test_execute_policy_picks_and_places_the_box_through_the_jaw(gripper_cell):
+    """A pick_and_place checkpoint (the scripted grasp expert; the cell's 8 x 6 x 5 cm box)
+    through ``robot_executor/execute_policy``, poses from a perfect tracker (the cell's true
+    poses relayed on /tracked_objects): the executor opens, closes (a stall on the box) and
+    opens the jaw through gripper_controller/gripper_cmd between the motions, and the box
+    rests upright in the 10 x 10 cm target square, released."""
+    from helpers.truth_relay import BOX, TruthRelay
+
+    from real2sim2real_msgs.action import ExecutePolicy
+    from real2sim2real_ros.core.policy_execution import write_scripted_checkpoint
+    cmd, tmp = gripper_cell
+    assert cmd.reset_objects([BOX]).success
+    relay = TruthRelay()
+    try:
+        relay.relaying = True
+        xy0 = relay.pose(timeout=20.0)[0]
+        goal = xy0 + np.array([0.0, 0.18])
+        ckpt = write_scripted_checkpoint(tmp / 'pick', 'pick_and_place',
+                                         {'object_size': [0.08, 0.06, 0.05]}, seed=0)
+        assert cmd.arm(wait=30).success
+        r = cmd.execute_policy(ckpt, list(goal), task='pick_and_place', max_duration=90,
+                               timeout=180)
+        time.sleep(0.5)
+        xy1, _, _, up1, _ = relay.pose()
+    finally:
+        relay.close()
+    err = float(np.linalg.norm(xy1 - goal))
+    print(f'execute_policy pick_and_place: box {np.round(xy0, 3)} -> {np.round(xy1, 3)}, '
+          f'target error {err * 1e3:.1f} mm, up_z {up1:.3f}, jaw {_jaw(cmd):.4f} m, '
+          f'episode {r.duration:.1f} s, task_success {r.task_success}')
+    assert r.error_code == ExecutePolicy.Result.NONE, r.error_msg
+    assert np.max(np.abs(xy1 - goal)) < 0.05 and up1 > 0.95     # in the square, upright
+    assert _jaw(cmd) > 0.035 and r.task_success
+

@@ -326,6 +326,51 @@ def test_strikes_plan_on_every_shipped_arm(arms, name):
     assert all(robot.within_limits(q) for q in plan.probe.positions)
 
 
+@pytest.mark.parametrize('urdf', ['gripper', 'example-robot-data:panda'])
+def test_a_gripper_strikes_with_its_fingers_clear_of_the_table(urdf):
+    """A robot with a parallel-jaw gripper strikes with its closed fingers: the tip (the
+    grasp centre) rises by the fingers' reach past it, so their lowest point stays
+    ``tip_height`` (16 mm) over the table less the tilt's rounding. Planned as for a
+    pusher, the cell arm's pads (30 mm past the tip) went below the table top."""
+    import mujoco
+
+    from real2sim2real_ros.core.grasping.hold import finger_reach
+    from real2sim2real_ros.core.grasping.jaw import gripper_joints
+    from real2sim2real_ros.core.robot_description import gripper_cell_urdf
+    from real2sim2real_ros.core.sysid.object_probes import (
+        StrikeConfig,
+        fingers_as_tool,
+        plan_strike_probe,
+    )
+    robot = load_robot(gripper_cell_urdf() if urdf == 'gripper' else resolve_robot_urdf(urdf))
+    depth, radius = finger_reach(robot)
+    cfg = fingers_as_tool(robot, StrikeConfig())
+    assert cfg.tip_height == pytest.approx(0.016 + depth) and depth > 0.009
+    assert cfg.tool_radius == pytest.approx(max(0.02, radius))
+    objs, table = _cell_strike_scene('default')
+    plan = plan_strike_probe(robot, [objs['box_0']], table, ready_pose(robot),
+                             {'box_0': (0.2, 0.5, 1.0)}, obstacles=[objs['cylinder_0']])
+    assert [s.object_id for s in plan.strikes] == ['box_0']
+    model = robot.compile()
+    data = mujoco.MjData(model)
+    jaw = gripper_joints(robot)
+    fingers = {model.jnt_bodyid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n)]
+               for n in (jaw.joint, *jaw.followers)}
+    geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] in fingers
+             and model.geom_contype[g]]
+    lowest = np.inf
+    for q in plan.probe.positions:
+        data.qpos[:len(q)] = q
+        mujoco.mj_kinematics(model, data)
+        for g in geoms:
+            rot = data.geom_xmat[g].reshape(3, 3)
+            lowest = min(lowest, data.geom_xpos[g][2] - np.abs(rot[2]) @ model.geom_size[g])
+    assert lowest > table.height + 0.005, lowest
+    # The pusher carried below a Panda's fingers keeps the pusher's settings.
+    pusher = load_robot(resolve_robot_urdf('example-robot-data:panda+pusher'))
+    assert fingers_as_tool(pusher, StrikeConfig()) == StrikeConfig()
+
+
 @pytest.mark.parametrize('name', ['panda', 'xarm7', 'ur5'])
 def test_arm_probes_keep_the_predicted_torque_within_the_effort_margin(arms, name):
     """The harness's arm probes (0.35 rad, half the speed limits, 8 s about the ready pose):

@@ -135,7 +135,8 @@ def test_sample_reset_draws_the_old_samples(robot, name):
 
 
 def test_the_shipped_tasks_are_the_yaml_files(robot):
-    assert task_names() == ['pick_and_place', 'push_to_pose', 'slide_to_target', 'stack']
+    assert task_names() == ['gentle_pick_and_place', 'pick_and_place', 'push_to_pose',
+                            'slide_to_target', 'stack']
     assert tasks_dir() == TASKS_DIR
     path = TASKS_DIR / 'push_to_pose.yaml'
     by_path = get_task(str(path), robot, {'max_steps': 7})

@@ -50,7 +50,8 @@ def straight_reset(distance=0.14):
 
 # ------------------------------------------------------------------------ registry, IK
 def test_registry_builds_both_tasks_and_names_unknown_ones(robot, slide, push):
-    assert task_names() == ['pick_and_place', 'push_to_pose', 'slide_to_target', 'stack']
+    assert task_names() == ['gentle_pick_and_place', 'pick_and_place', 'push_to_pose',
+                            'slide_to_target', 'stack']
     assert slide.name == 'slide_to_target' and push.name == 'push_to_pose'
     with pytest.raises(TaskError, match="unknown task 'open_drawer'.*push_to_pose"):
         get_task('open_drawer', robot)

@@ -260,15 +260,20 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     # The goals the expert reaches on the identified object (evaluation/goals.py): every
     # policy trains and is evaluated on that distribution; the identified twins' expert
     # assumes the identified friction, the nominal twin's the prior's.
+    from ..sysid.object_fit import object_parameter_names
     from .goals import reachable_goals
     t = time.perf_counter()
     task0, twin_g, _ = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
                                      ident['start_values'], used, task_over)
+    friction_name, mass_name = object_parameter_names(found.id)
     try:
-        goals = reachable_goals(task0, twin_g, ps.values().get(
-            f'geom/object/{found.id}/friction'))
+        goals = reachable_goals(task0, twin_g, ps.values().get(friction_name))
     finally:
         twin_g.close()
+    if hasattr(task0.cfg, 'demo_mass') and mass_name in used:
+        # A grasp sized to the weight (gentle_pick_and_place): the identified mass.
+        goals['expert_overrides']['demo_mass'] = float(used[mass_name])
+        goals['record']['expert_mass'] = float(used[mass_name])
     seconds['goals'] = time.perf_counter() - t
     task_over.update(goals['overrides'])
     task, twin_n, inputs_n = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,

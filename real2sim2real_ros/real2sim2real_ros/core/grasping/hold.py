@@ -204,6 +204,30 @@ def pad_half_length(robot) -> float:
     return span
 
 
+def finger_reach(robot) -> tuple[float, float]:
+    """(depth, radius) of the closed fingers' collision geometry about the tip (m): how far
+    it reaches past the tip along the tool axis (towards the table when the tool points
+    down) and, in the plane across that axis, from the axis (each geom's centre offset plus
+    its half extents, corner to corner). The fingers as a pusher (core/sysid strikes)."""
+    model = robot.compile()
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    tip = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, robot.tip_link)
+    jaw = gripper_joints(robot)
+    fingers = {model.jnt_bodyid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n)]
+               for n in (jaw.joint, *jaw.followers)}
+    rot = data.xmat[tip].reshape(3, 3)
+    depth = radius = 0.0
+    for g in range(model.ngeom):
+        if model.geom_bodyid[g] in fingers and model.geom_contype[g]:
+            local = rot.T @ (data.geom_xpos[g] - data.xpos[tip])
+            half = np.abs(rot.T @ data.geom_xmat[g].reshape(3, 3)) @ model.geom_size[g]
+            depth = max(depth, float(local[2] + half[2]))
+            radius = max(radius, float(np.hypot(abs(local[0]) + half[0],
+                                                abs(local[1]) + half[1])))
+    return depth, radius
+
+
 def jaw_axis_yaw(robot, ik: ToolDownIK, q) -> float:
     """Yaw (rad) of the driven finger's travel axis in the world at joints ``q``, projected
     on the table: a box with its x axis along it faces the jaw."""

@@ -39,7 +39,7 @@ the fit needs to cut each strike out of the recording (times on the trajectory's
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import mujoco
 import numpy as np
@@ -465,6 +465,26 @@ def _push_profile(v: float, cfg: StrikeConfig, lift: float | None = None,
     return t, s, dz, t_rel, s_rel
 
 
+def fingers_as_tool(robot, cfg: StrikeConfig) -> StrikeConfig:
+    """``cfg`` for ``robot``'s tool. A robot with a parallel-jaw gripper strikes with its
+    closed fingers: the tip (the grasp centre) is raised by how far the fingers reach past it
+    (``tip_height`` stays the fingers' clearance over the table) and ``tool_radius`` is at
+    least their reach across the tool axis (grasping.hold.finger_reach). Planned with the
+    pusher's settings, the cell arm's pads (30 mm past the tip) were sent below the table
+    top (config/cells/gripper.yaml: friction 0.96 for 0.55, held-out error 10.5 mm). A
+    robot without a gripper, or whose fingers end above its tip (a Panda carrying the
+    pusher): ``cfg`` unchanged."""
+    from ..grasping.jaw import gripper_joints
+    if gripper_joints(robot) is None:
+        return cfg
+    from ..grasping.hold import finger_reach
+    depth, radius = finger_reach(robot)
+    if depth <= 0.0:        # the fingers end above the tip: a pusher below them strikes
+        return cfg
+    return replace(cfg, tip_height=cfg.tip_height + depth,
+                   tool_radius=max(cfg.tool_radius, radius))
+
+
 def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_start,
                       friction: dict[str, tuple[float, float, float]],
                       cfg: StrikeConfig | None = None, *, previous: dict | None = None,
@@ -484,7 +504,7 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     back). Objects not struck are in ``skipped``. Raises ProbeError when no object can be
     struck.
     """
-    cfg = cfg or StrikeConfig()
+    cfg = fingers_as_tool(robot, cfg or StrikeConfig())
     previous = previous or {}
     q_start = np.asarray(q_start, float)
     ik = TiltedToolIK(robot, cfg.tilt)

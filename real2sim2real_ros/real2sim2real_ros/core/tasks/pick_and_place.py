@@ -33,6 +33,7 @@ from .spec import DeclaredTask
 from .worlds import observed_start, scored_pose
 
 QUARTER = math.pi / 2
+SQUARE_TOLERANCE = 0.005   # m: a box whose horizontal extents differ less is held either way
 
 
 @dataclass
@@ -60,12 +61,25 @@ class PickConfig:
     waypoint_dt: float = 0.02            # s between trajectory points
     offset_max: float = 0.02             # m, bound of each action component
     demo_noise: float = 0.004            # m, std of the expert's place offset
+    # The grasp's squeeze as an action (a gentle grasp: reward.effort_scale charges for it):
+    # [lo, hi] N makes the action's 5th component the closing effort; (0, 0): grasp_effort.
+    effort_range: tuple[float, float] = (0.0, 0.0)
+    # What the weight_sized_grasp expert assumes: the object's mass (kg; the evaluation
+    # harness sets an identified twin's), the finger-object friction, and its safety factor.
+    demo_mass: float = 0.2
+    finger_friction: float = 1.0
+    effort_margin: float = 2.0
 
     def __post_init__(self):
         if self.object_shape != 'box':
             raise TaskError(f'pick_and_place: object_shape {self.object_shape!r}: boxes only')
         if not self.target_half_width > 0:
             raise TaskError('pick_and_place: target_half_width must be > 0')
+        if tuple(self.effort_range) != (0.0, 0.0):
+            lo, hi = self.effort_range
+            if not 0 < lo < hi:
+                raise TaskError(f'pick_and_place: effort_range {self.effort_range} must be '
+                                '0 < lo < hi (N)')
         if not 0 < self.grasp_effort:
             raise TaskError('pick_and_place: grasp_effort must be > 0 N')
 
@@ -92,7 +106,6 @@ class PickAndPlace(DeclaredTask):
     observation_dim = 3
     action_dim = 4
     one_shot = True
-    trainable = False    # the twins and cells run it; training and the harness do not yet
 
     def __init__(self, robot, config: PickConfig | dict | None = None, spec=None):
         self.bind_spec(config, spec)
@@ -109,6 +122,10 @@ class PickAndPlace(DeclaredTask):
         self._pad_half = pad_half_length(robot)
         self.action_low = np.full(4, -c.offset_max)
         self.action_high = np.full(4, c.offset_max)
+        if c.effort_range[1] > 0:           # the 5th component: the closing effort (N)
+            self.action_dim = 5
+            self.action_low = np.append(self.action_low, c.effort_range[0])
+            self.action_high = np.append(self.action_high, c.effort_range[1])
 
     # ---------------------------------------------------------------- episode start
     def sample_reset(self, rng: np.random.Generator) -> ResetSample:
@@ -119,6 +136,20 @@ class PickAndPlace(DeclaredTask):
     def _relative_yaw(self, yaw: float) -> float:
         """The box's yaw relative to the jaw axis, modulo a quarter turn, in [-pi/4, pi/4)."""
         return float((yaw - self._jaw_yaw0 + QUARTER / 2) % QUARTER - QUARTER / 2)
+
+    def grasp_turn(self, yaw: float) -> float:
+        """The wrist's turn (rad) about the vertical from the ready pose that sets the jaw
+        across the box's faces: the nearest quarter turn when the box's two horizontal
+        extents differ by less than ``SQUARE_TOLERANCE``, else the nearest turn that closes
+        the jaw across the narrower one (a 8 x 6 cm box is held across its 6 cm)."""
+        turn = self._relative_yaw(yaw)
+        sx, sy = self.cfg.object_size[:2]
+        if abs(sx - sy) < SQUARE_TOLERANCE:
+            return turn
+        k = round((self._jaw_yaw0 + turn - yaw) / QUARTER) % 2   # 0: across x, 1: across y
+        if (sx if k == 0 else sy) > min(sx, sy):
+            turn = turn - QUARTER if turn >= 0 else turn + QUARTER
+        return float(turn)
 
     def observation(self, state: dict) -> np.ndarray:
         """(target - box x, y in m, box yaw relative to the jaw modulo a quarter turn)."""
@@ -149,11 +180,11 @@ class PickAndPlace(DeclaredTask):
         'descend', 'carry' (lift, traverse, lower) and 'retreat', each (times, q, qd)."""
         c = self.cfg
         a = check_action(self, action)
-        turn = self._relative_yaw(reset.object_yaw)
+        turn = self.grasp_turn(reset.object_yaw)
         grasp_z = c.table_height + max(c.object_size[2] / 2, self._pad_half + c.grasp_clearance)
         lift = grasp_z + c.carry_height
         grasp = np.array([*(reset.object_xy + a[:2]), grasp_z])
-        place = np.array([*(reset.goal_xy + a[2:]), grasp_z + self.place_lift + c.place_drop])
+        place = np.array([*(reset.goal_xy + a[2:4]), grasp_z + self.place_lift + c.place_drop])
         above = grasp + [0, 0, c.approach_height]
         seed = self.ik.q_ready.copy()
         q_above = self._solve_path([above], turn, seed)[0]
@@ -162,7 +193,8 @@ class PickAndPlace(DeclaredTask):
                           (grasp * [1, 1, 0] + [0, 0, lift], place * [1, 1, 0] + [0, 0, lift]),
                           (place * [1, 1, 0] + [0, 0, lift], place)],
                 'retreat': [(place, place + [0, 0, c.approach_height])]}
-        out, q_last = {'q_above': q_above, 'turn': turn}, q_above
+        effort = float(a[4]) if a.size > 4 else float(c.grasp_effort)
+        out, q_last = {'q_above': q_above, 'turn': turn, 'effort': effort}, q_above
         for name, lines in legs.items():
             times, points, t0 = [], [], 0.0
             for a0, b0 in lines:
@@ -213,7 +245,7 @@ class PickAndPlace(DeclaredTask):
             world.command_gripper(self.jaw.upper, c.grasp_effort)
             self._wait(world, plan['q_above'], c.open_time)
             world.execute(*plan['descend'])
-            world.command_gripper(self.jaw.lower, c.grasp_effort)
+            world.command_gripper(self.jaw.lower, plan['effort'])
             self._wait(world, plan['descend'][1][-1], c.close_time)
             held = world.gripper_state()[0]
             world.execute(*plan['carry'])
@@ -225,12 +257,14 @@ class PickAndPlace(DeclaredTask):
             xyz, quat = scored_pose(world)
             speed = float(np.linalg.norm(np.asarray(xyz) - xyz0)) / 0.1
             state = self._outcome(reset, xyz, quat, world.gripper_state()[0], speed)
+            state['grasp_effort'] = plan['effort']
         except UnstableTwinError:
             return self._failed(world, reset, {'unstable': True}, obs, action)
         return EpisodeResult(self.success(state), self.reward(state), self.error(state),
                              obs[None], action[None], state['object_xy'], state['object_yaw'],
                              {'turn': plan['turn'], 'jaw_on_box': held,
                               'upright': bool(state['object_up_z'] > 0.95),
+                              'released': bool(state['jaw_position'] >= self.jaw.upper - 0.005),
                               'height_error': state['object_z'] - state['goal_z']})
 
     def _failed(self, world, reset, info, obs=None, action=None) -> EpisodeResult:
@@ -242,17 +276,69 @@ class PickAndPlace(DeclaredTask):
                              state['object_xy'], state['object_yaw'], info)
 
     # ---------------------------------------------------------------- demonstrations
+    def hindsight_relabel(self, reset: ResetSample, result: EpisodeResult):
+        """(observation, action) for which this episode WAS right: the target moved to where
+        the box came to rest. None unless the box was carried (it moved at least half the
+        nearest target distance), stands upright at its resting height and was released: a
+        dropped or toppled box teaches nothing about where a place offset puts it."""
+        if result.observations.shape[0] == 0 or not result.info.get('upright', False):
+            return None
+        if abs(result.info.get('height_error', 1.0)) > 0.01 or \
+                not result.info.get('released', False):
+            return None
+        final = np.asarray(result.final_object_xy, float)
+        if np.linalg.norm(final - reset.object_xy) < self.cfg.distance_range[0] / 2:
+            return None
+        obs = result.observations[0].copy()
+        seen = np.asarray(reset.goal_xy, float) - obs[:2]     # the start the policy saw
+        obs[:2] = final - seen   # target - box, with the target where the box rests
+        return obs, result.actions[0].copy()
+
     def scripted_demo_policy(self, reset: ResetSample, rng: np.random.Generator):
         """The scripted grasp expert (``centre_grasp``): close on the observed centre, release
         over the target's centre, with a Gaussian place offset of ``noise`` (m)."""
-        noise = self.declared['expert_params']['noise']
-        offset = rng.normal(0.0, noise, 2)
+        p = self.declared['expert_params']
+        offset = rng.normal(0.0, p['noise'], 2)
+        tail = [] if self.action_dim == 4 else [self.sized_effort(p)]
 
         def policy(obs):
             return np.array([0.0, 0.0, *np.clip(offset, -self.cfg.offset_max,
-                                                self.cfg.offset_max)])
+                                                self.cfg.offset_max), *tail])
         return policy
 
+    def lift_acceleration(self) -> float:
+        """Peak vertical acceleration (m/s^2) of the lift: a minimum-jerk line of
+        ``carry_height`` at peak speed ``tool_speed`` peaks at 5.77 d / T^2, T = 1.875 d / v."""
+        c = self.cfg
+        return 5.7735 * c.tool_speed ** 2 / (1.875 ** 2 * c.carry_height)
+
+    def sized_effort(self, params: dict) -> float:
+        """The weight_sized_grasp expert's closing effort (N): two pads' friction holding the
+        assumed mass through the lift, ``margin`` x m (g + a) / (2 mu), within effort_range
+        (the centre_grasp expert: the range's middle)."""
+        lo, hi = self.cfg.effort_range
+        if 'mass' not in params:
+            return 0.5 * (lo + hi)
+        need = params['mass'] * (9.81 + self.lift_acceleration()) / (2 * params['finger_friction'])
+        return float(np.clip(params['margin'] * need, lo, hi))
+
+
+
+class GentlePickAndPlace(PickAndPlace):
+    """pick_and_place with the closing effort as the action's 5th component (the config's
+    ``effort_range``, required) and charged for in the reward (``reward.effort_scale``): a
+    fragile object, held with the least squeeze that keeps it in the jaw through the carry
+    (config/tasks/gentle_pick_and_place.yaml). The squeeze a box needs grows with its mass:
+    its expert, ``weight_sized_grasp``, closes with ``effort_margin`` x m (g + a) / (2 mu)
+    for the mass it assumes (``demo_mass``; the evaluation harness gives an identified
+    twin's expert the identified mass, the nominal twin's the prior's)."""
+    name = 'gentle_pick_and_place'
+
+    def __init__(self, robot, config: PickConfig | dict | None = None, spec=None):
+        super().__init__(robot, config, spec)
+        if self.action_dim != 5:
+            raise TaskError(f'{self.name}: config.effort_range must be set ([lo, hi] N): the '
+                            'effort is part of the action')
 
 
 @dataclass
@@ -278,6 +364,13 @@ class Stack(PickAndPlace):
     def scene_objects(self) -> list[tuple[str, tuple]]:
         """The manipulated box, then the base."""
         return [*super().scene_objects(), (self.cfg.base_id, tuple(self.cfg.base_size))]
+
+    def hindsight_relabel(self, reset: ResetSample, result: EpisodeResult):
+        """A success as it is, nothing else: the base stands at the goal, so a box set down
+        elsewhere is not on a moved target's base."""
+        if not result.success or result.observations.shape[0] == 0:
+            return None
+        return result.observations[0].copy(), result.actions[0].copy()
 
     def arrange(self, world, reset: ResetSample) -> None:
         """The base at rest on the table at the goal point, turned like the box."""

@@ -46,6 +46,7 @@ KINDS = {
     'slide_to_target': ('.slide_to_target', 'SlideToTarget', 'SlideConfig'),
     'push_to_pose': ('.push_to_pose', 'PushToPose', 'PushConfig'),
     'pick_and_place': ('.pick_and_place', 'PickAndPlace', 'PickConfig'),
+    'gentle_pick_and_place': ('.pick_and_place', 'GentlePickAndPlace', 'PickConfig'),
     'stack': ('.pick_and_place', 'Stack', 'StackConfig'),
 }
 # kind -> expert name -> its parameter names
@@ -53,6 +54,8 @@ EXPERTS = {
     'slide_to_target': {'friction_model_strike': ('friction', 'spread')},
     'push_to_pose': {'face_pushing': ('gain_spread',)},
     'pick_and_place': {'centre_grasp': ('noise',)},
+    'gentle_pick_and_place': {
+        'weight_sized_grasp': ('noise', 'mass', 'finger_friction', 'margin')},
     'stack': {'centre_grasp': ('noise',)},
 }
 TOP_KEYS = ('task', 'object', 'start', 'goal', 'horizon', 'expert', 'reward', 'success',
@@ -291,10 +294,12 @@ class _Checker:
 
     def reward(self, v) -> dict:
         r = self.mapping(v, 'reward', required=('success_bonus', 'distance_scale'),
-                         optional=('yaw_weight',))
+                         optional=('yaw_weight', 'effort_scale'))
         self.number(r['success_bonus'], 'reward.success_bonus')
         self.number(r['distance_scale'], 'reward.distance_scale', positive=True)
         self.number(r.get('yaw_weight', 0.0), 'reward.yaw_weight')
+        if 'effort_scale' in r:
+            self.number(r['effort_scale'], 'reward.effort_scale', positive=True)
         return {'yaw_weight': 0.0, **r}
 
     def success(self, v) -> list:
@@ -446,12 +451,15 @@ class DeclaredTask:
         return bool(all_hold(self.declared['success'], state, {'rest_z': self.object_z}))
 
     def reward(self, state: dict, action=None) -> float:
-        """success_bonus x success - distance / distance_scale - yaw_weight x yaw gap."""
+        """success_bonus x success - distance / distance_scale - yaw_weight x yaw gap
+        (- grasp effort / effort_scale where declared)."""
         r = self.declared['reward']
         value = r['success_bonus'] * float(self.success(state)) \
             - self.error(state) / r['distance_scale']
         if r['yaw_weight']:
             value -= r['yaw_weight'] * yaw_gap(state)
+        if r.get('effort_scale'):     # a gentle grasp: the squeeze costs (N / effort_scale)
+            value -= float(state.get('grasp_effort', 0.0)) / r['effort_scale']
         return float(value)
 
     def sample_start_goal(self, rng: np.random.Generator):

@@ -151,3 +151,51 @@ class GripGoals:
     def _fill(result, state, run):
         result.position, result.effort = (float(x) for x in state)
         result.stalled, result.reached_goal = run.stalled, run.reached_goal
+
+
+class EpisodeJaw:
+    """The jaw commands of a policy episode (core.policy_execution.Motion.grip), for the
+    ``~/execute_policy`` server ``goals`` (its ``_watch`` and ``_abort``; ``result`` its
+    Result class)."""
+
+    def __init__(self, goals, result):
+        self.goals, self.node, self.R = goals, goals.node, result
+
+    def ready(self, ex: Execution, motions) -> None:
+        """Before anything moves: the gripper backend answers and every jaw command is
+        within gripper_max_effort (STOPPED / INVALID_CHECKPOINT otherwise)."""
+        n = self.node
+        problem = 'control_msgs is not importable' if n.gripper is None else n.gripper.ready()
+        if problem:
+            raise self.goals._abort(ex, self.R.STOPPED, f'gripper unavailable: {problem}')
+        effort = max(m.grip[1] for m in motions if m.grip)
+        if not 0 < effort <= n.p.gripper_max_effort:
+            raise self.goals._abort(ex, self.R.INVALID_CHECKPOINT, (
+                f"the task's grasp_effort {effort} N is outside (0, gripper_max_effort "
+                f'{n.p.gripper_max_effort}]'))
+
+    def grip(self, goal_handle, ex: Execution, run, motion) -> None:
+        """``motion.grip`` through the gripper backend at gripper_max_speed, supervised as a
+        motion (the arm holds its last point) until the controller's outcome. On any abort
+        the goal is cancelled: the jaw holds where it is (a stop never opens a grasp)."""
+        n, (position, effort), R = self.node, motion.grip, self.R
+        with n.lock:
+            if ex.stop_reason or not n.armed:
+                raise Abort(R.STOPPED, ex.stop_reason or 'disarmed before the grip')
+        g = n.gripper.send(run.episode.task.jaw.joint, position, effort, n.p.gripper_max_speed)
+        deadline = n.now() + n.p.gripper_goal_timeout
+
+        def done(now):
+            if now > deadline:
+                raise self.goals._abort(ex, R.TIMEOUT, (
+                    f'{motion.label}: no jaw outcome within gripper_goal_timeout '
+                    f'{n.p.gripper_goal_timeout} s'))
+            return g.done.is_set()
+        try:
+            self.goals._watch(goal_handle, ex, run, done)
+        except Abort:
+            n.gripper.cancel(g)
+            raise
+        if g.outcome != 'succeeded':
+            raise self.goals._abort(ex, R.STOPPED, f'{motion.label}: the gripper controller '
+                                    f'{g.outcome} the jaw goal {g.message}'.rstrip())

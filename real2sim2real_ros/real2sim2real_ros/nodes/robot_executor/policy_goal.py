@@ -26,6 +26,7 @@ from ...ros import qos
 from ...ros.executor_backends import BackendError, trajectory_to_msg
 from ...ros.goal_client import error_codes
 from ...ros.subscriptions import subscribed
+from .grip_goal import EpisodeJaw
 from .recording import Recorder
 from .supervision import (
     FEEDBACK_PERIOD,
@@ -81,6 +82,7 @@ class PolicyGoals:
     def __init__(self, node, callback_group):
         self.node = node
         self._tracked_cb = MutuallyExclusiveCallbackGroup()
+        self.jaw = EpisodeJaw(self, Result)
         self.server = goal_server(node, ExecutePolicy, '~/execute_policy', self.execute,
                                   callback_group)
 
@@ -195,7 +197,11 @@ class PolicyGoals:
             raise self._abort(ex, exc.kind, exc.message) from None
         finally:
             self._record_steps(ex, run)
+        if any(m.grip for m in motions):
+            self.jaw.ready(ex, motions)
         for motion in motions:
+            if motion.grip:
+                self.jaw.grip(goal_handle, ex, run, motion)
             self._send(ex, run, motion)
             self._wait_motion(goal_handle, ex, run, motion.label, motion.settle,
                               motion.wait_at_goal)
@@ -204,7 +210,10 @@ class PolicyGoals:
         self._observe_outcome(goal_handle, ex, run)
 
     def _observe_outcome(self, goal_handle, ex: Execution, run: PolicyRun) -> None:
-        """The outcome: a pose measured after the last motion (and its settle time) ended."""
+        """The outcome: a pose measured after the last motion (and its settle time) ended
+        (and, for a grasping task, the jaw's position then, from /joint_states)."""
+        if hasattr(run.episode, 'jaw_position'):
+            run.episode.jaw_position = self.node.jaw_state(run.episode.task.jaw.joint)[0]
         last = run.motions[-1] if run.motions else None
         after = last[1] + last[2] + last[3] if last else -math.inf
         try:

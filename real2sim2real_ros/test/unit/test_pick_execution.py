@@ -1,0 +1,105 @@
+"""pick_and_place on the robot (core/policy_execution.PickEpisode, no ROS): a checkpoint's
+pick plan becomes four validated motions with the jaw between them, and, sent as the executor
+sends them (jaw goal, then the trajectory) to an in-process emulated gripper cell observed by
+its true pose (a perfect tracker), it carries the cell's 8 x 6 cm box into the target square."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from real2sim2real_ros.core import execution_safety as es
+from real2sim2real_ros.core import policy_execution as pe
+from real2sim2real_ros.core.cell_spec import load_cell_spec
+from real2sim2real_ros.core.emulated_world import EmulatedWorld
+from real2sim2real_ros.core.joint_trajectory import JointTrajectoryCommand
+from real2sim2real_ros.core.robot_description import gripper_cell_urdf, load_robot
+from real2sim2real_ros.core.tasks import get_task
+
+CELLS_DIR = Path(__file__).resolve().parents[2] / 'config' / 'cells'
+# The bringup's executor workspace (config/params.yaml).
+WORKSPACE = es.Workspace(np.array([-0.3, -0.9, 0.0]), np.array([1.1, 0.9, 1.3]))
+
+
+@pytest.fixture(scope='module')
+def robot():
+    return load_robot(gripper_cell_urdf())
+
+
+@pytest.fixture(scope='module')
+def gate(robot):
+    return pe.SafetyGate(es.JointLimits.from_robot(robot), robot.fk, WORKSPACE,
+                         fk_lipschitz=es.fk_lipschitz_bound(robot))
+
+
+def _episode(robot, gate, goal, size=(0.08, 0.06, 0.05)):
+    task = get_task('pick_and_place', robot, {'object_size': size})
+    return pe.make_episode(pe.LoadedPolicy(Path('scripted'), task, lambda obs: np.zeros(4),
+                                           {}), gate, goal)
+
+
+def test_the_pick_plan_is_four_validated_motions_with_the_jaw_between(robot, gate):
+    ep = _episode(robot, gate, [0.55, 0.30])
+    pose = pe.ObjectPose.from_xyz_quat([0.55, 0.12, 0.025], [np.cos(0.175), 0, 0,
+                                                             np.sin(0.175)])
+    motions = ep.start(ep.task.ik.q_ready.copy(), pose)
+    assert [m.label for m in motions] == ['approach', 'descend', 'carry', 'retreat']
+    jaw = ep.task.jaw
+    assert [m.grip for m in motions] == [None, (jaw.upper, 20.0), (jaw.lower, 20.0),
+                                         (jaw.upper, 20.0)]
+    assert all(m.validated is not None for m in motions)
+    # the approach ends where the descent starts: the wrist already turned
+    np.testing.assert_allclose(motions[0].trajectory.positions[-1], ep.plan['q_above'],
+                               atol=1e-6)
+    assert motions[-1].settle == pytest.approx(ep.task.cfg.settle_time)
+
+
+def test_refusals_name_the_goal(robot, gate):
+    with pytest.raises(pe.ExecutionError, match='outside the workspace'):
+        _episode(robot, gate, [2.0, 0.0])
+    stack = get_task('stack', robot)
+    with pytest.raises(pe.ExecutionError, match="task_goal must be the base box's centre"):
+        pe.make_episode(pe.LoadedPolicy(Path('s'), stack, lambda obs: np.zeros(4), {}), gate,
+                        [])
+
+
+def test_pick_episode_on_the_emulated_gripper_cell_places_the_box(robot, gate):
+    world = EmulatedWorld(load_cell_spec(CELLS_DIR / 'gripper.yaml'))
+    names = list(world.joint_names)
+
+    def pose():
+        xyz, quat = world.object_poses()['box_0']
+        return pe.ObjectPose.from_xyz_quat(xyz, quat, world.time)
+    start = pose()
+    goal = start.xy + 0.18 * np.array([np.cos(1.57), np.sin(1.57)])
+    ep = _episode(robot, gate, goal)
+    for m in ep.start(world.joint_positions(), start):
+        if m.grip:                       # the executor: the jaw goal to its outcome first
+            world.command_gripper(*m.grip)
+            world.step_for(0.8)
+        gate.validate(m.trajectory, world.joint_positions(), m.label)
+        t = m.trajectory
+        world.set_trajectory(JointTrajectoryCommand(names, t.times, t.positions,
+                                                    t.velocities))
+        world.step_for(t.duration + m.settle + 0.2)
+    ep.jaw_position = world.gripper_state()[0]
+    end = pose()
+    err = float(np.linalg.norm(end.xy - goal))
+    print(f'pick on the gripper cell: box {np.round(start.xy, 3)} -> {np.round(end.xy, 3)}, '
+          f'target error {err * 1e3:.1f} mm, up_z {end.up_z:.3f}, jaw {ep.jaw_position:.4f} m')
+    assert err < 0.015 and end.up_z > 0.99
+    assert ep.success(end)
+    ep.jaw_position = 0.0                # a jaw left closed is no release
+    assert not ep.success(end)
+
+
+def test_the_loop_judges_a_late_pick_outcome_by_the_task_rule(robot):
+    """The loop coordinator's late outcome (a tracked pose after the executor's window) on a
+    grasping task: the episode ran to its end, so its last grip opened the jaw; the box's
+    pose decides (inside the square and upright, or not)."""
+    from real2sim2real_ros.core import loop_plan as lp
+    task = get_task('pick_and_place', robot)
+    up = [1.0, 0.0, 0.0, 0.0]
+    assert lp.task_success_at(task, [0.50, 0.30, task.object_z], up, [0.52, 0.28])
+    assert not lp.task_success_at(task, [0.50, 0.30, task.object_z], up, [0.57, 0.28])
+    tipped = [np.cos(0.4), np.sin(0.4), 0.0, 0.0]
+    assert not lp.task_success_at(task, [0.50, 0.30, task.object_z], tipped, [0.52, 0.28])
