@@ -556,18 +556,10 @@ class PolicyEpisode:
         return {}
 
 
-class SlideEpisode(PolicyEpisode):
-    """slide_to_target: one observation -> one action -> approach + strike."""
-
-    one_shot = True
-
-    def __init__(self, loaded, gate, goal=(), settings=None):
-        super().__init__(loaded, gate, goal, settings)
-        g = _parse_goal(goal, (0, 2, 3), self.task.name)
-        self.goal_xy = None if g.size == 0 else g[:2].copy()
-        if self.goal_xy is not None:
-            gate.check_goal_xy(self.goal_xy)
-        self.plan: dict | None = None
+class _PolarGoal:
+    """A one-shot episode's goal point: the one given, or drawn about the observed object
+    from the task's distance and heading ranges (their middle; a scripted demonstrator's
+    goal distribution when the checkpoint has one)."""
 
     def _resolve_goal(self, pose: ObjectPose) -> np.ndarray:
         if self.goal_xy is None:
@@ -584,6 +576,20 @@ class SlideEpisode(PolicyEpisode):
     def goal_vector(self) -> list[float]:
         """The goal as a list of floats (x, y in m; empty when none)."""
         return [] if self.goal_xy is None else [float(v) for v in self.goal_xy]
+
+
+class SlideEpisode(_PolarGoal, PolicyEpisode):
+    """slide_to_target: one observation -> one action -> approach + strike."""
+
+    one_shot = True
+
+    def __init__(self, loaded, gate, goal=(), settings=None):
+        super().__init__(loaded, gate, goal, settings)
+        g = _parse_goal(goal, (0, 2, 3), self.task.name)
+        self.goal_xy = None if g.size == 0 else g[:2].copy()
+        if self.goal_xy is not None:
+            gate.check_goal_xy(self.goal_xy)
+        self.plan: dict | None = None
 
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
         """The strike's motions from ``q_current`` towards the goal for the object at ``pose``."""
@@ -743,7 +749,7 @@ class PushEpisode(PolicyEpisode):
                 'goal_yaw': self.goal_yaw, 'ik_failures': self.ik_failures}
 
 
-class PickEpisode(PolicyEpisode):
+class PickEpisode(_PolarGoal, PolicyEpisode):
     """pick_and_place (and stack): one observation -> one action -> the task's plan, run as
     four motions with the jaw between them: the approach to the plan's ``q_above`` (the
     wrist turned to the box's faces on the way), the descent with the jaw opened first, the
@@ -768,22 +774,6 @@ class PickEpisode(PolicyEpisode):
             gate.check_goal_xy(self.goal_xy)
         self.plan: dict | None = None
         self.jaw_position = math.nan
-
-    def _resolve_goal(self, pose: ObjectPose) -> np.ndarray:
-        if self.goal_xy is None:
-            c = self.task.cfg
-            rng = self.loaded.goal_rng
-            if rng is not None:   # a scripted demonstrator: the task's goal distribution
-                dist, heading = rng.uniform(*c.distance_range), rng.uniform(*c.heading_range)
-            else:
-                dist, heading = float(np.mean(c.distance_range)), float(np.mean(c.heading_range))
-            self.goal_xy = pose.xy + dist * np.array([np.cos(heading), np.sin(heading)])
-            self.gate.check_goal_xy(self.goal_xy, 'default goal')
-        return self.goal_xy
-
-    def goal_vector(self) -> list[float]:
-        """The goal as a list of floats (x, y in m; empty when none)."""
-        return [] if self.goal_xy is None else [float(v) for v in self.goal_xy]
 
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
         """The episode's motions from ``q_current`` for the box at ``pose``."""

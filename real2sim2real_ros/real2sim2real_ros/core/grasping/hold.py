@@ -185,8 +185,9 @@ def plan_hold(robot, cfg: HoldConfig = HoldConfig()) -> HoldPlan:
                     (box_centre, jaw_axis_yaw(robot, ik, q_grasp)))
 
 
-def pad_half_length(robot) -> float:
-    """Half the vertical span of the fingers' collision geometry about the tip (m)."""
+def _finger_boxes(robot):
+    """(centre, half extents) of each collision geom on the fingers, in the tip's frame (z
+    along the tool axis), with the jaw as the description holds it."""
     model = robot.compile()
     data = mujoco.MjData(model)
     mujoco.mj_forward(model, data)
@@ -195,13 +196,15 @@ def pad_half_length(robot) -> float:
     fingers = {model.jnt_bodyid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n)]
                for n in (jaw.joint, *jaw.followers)}
     rot = data.xmat[tip].reshape(3, 3)
-    span = 0.0
-    for g in range(model.ngeom):
-        if model.geom_bodyid[g] in fingers and model.geom_contype[g]:
-            local = rot.T @ (data.geom_xpos[g] - data.xpos[tip])
-            half = np.abs(data.geom_xmat[g].reshape(3, 3).T @ rot[:, 2]) @ model.geom_size[g]
-            span = max(span, abs(local[2]) + float(half))
-    return span
+    return [(rot.T @ (data.geom_xpos[g] - data.xpos[tip]),
+             np.abs(rot.T @ data.geom_xmat[g].reshape(3, 3)) @ model.geom_size[g])
+            for g in range(model.ngeom)
+            if model.geom_bodyid[g] in fingers and model.geom_contype[g]]
+
+
+def pad_half_length(robot) -> float:
+    """Half the vertical span of the fingers' collision geometry about the tip (m)."""
+    return max((abs(c[2]) + float(h[2]) for c, h in _finger_boxes(robot)), default=0.0)
 
 
 def finger_reach(robot) -> tuple[float, float]:
@@ -209,22 +212,10 @@ def finger_reach(robot) -> tuple[float, float]:
     it reaches past the tip along the tool axis (towards the table when the tool points
     down) and, in the plane across that axis, from the axis (each geom's centre offset plus
     its half extents, corner to corner). The fingers as a pusher (core/sysid strikes)."""
-    model = robot.compile()
-    data = mujoco.MjData(model)
-    mujoco.mj_forward(model, data)
-    tip = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, robot.tip_link)
-    jaw = gripper_joints(robot)
-    fingers = {model.jnt_bodyid[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n)]
-               for n in (jaw.joint, *jaw.followers)}
-    rot = data.xmat[tip].reshape(3, 3)
-    depth = radius = 0.0
-    for g in range(model.ngeom):
-        if model.geom_bodyid[g] in fingers and model.geom_contype[g]:
-            local = rot.T @ (data.geom_xpos[g] - data.xpos[tip])
-            half = np.abs(rot.T @ data.geom_xmat[g].reshape(3, 3)) @ model.geom_size[g]
-            depth = max(depth, float(local[2] + half[2]))
-            radius = max(radius, float(np.hypot(abs(local[0]) + half[0],
-                                                abs(local[1]) + half[1])))
+    boxes = _finger_boxes(robot)
+    depth = max((float(c[2] + h[2]) for c, h in boxes), default=0.0)
+    radius = max((float(np.hypot(abs(c[0]) + h[0], abs(c[1]) + h[1])) for c, h in boxes),
+                 default=0.0)
     return depth, radius
 
 
