@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from .parameters import ParameterError
@@ -87,6 +88,24 @@ def load_servo_gains(path, joint_names=None) -> dict[str, float]:
                                      f'>= 0')
             out[f'actuator/{joint}/{field}'] = v
     return out
+
+
+def write_controller_config(path, joint_names, kp, kv) -> Path:
+    """A ros2_control controller YAML at ``path`` whose joint_trajectory_controller holds
+    the servo gains ``kp`` / ``kv`` (one per joint of ``joint_names``, or one for all), in
+    the layout :func:`load_servo_gains` reads (written atomically)."""
+    from .artifacts import atomic_write_text
+    names = list(joint_names)
+    kp = np.broadcast_to(np.asarray(kp, float), (len(names),))
+    kv = np.broadcast_to(np.asarray(kv, float), (len(names),))
+    data = {'joint_trajectory_controller': {'ros__parameters': {
+        'joints': names, 'command_interfaces': ['effort'],
+        'state_interfaces': ['position', 'velocity'],
+        'gains': {n: {'p': float(p), 'd': float(d)} for n, p, d in zip(names, kp, kv)}}}}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def package_config_dir() -> Path:

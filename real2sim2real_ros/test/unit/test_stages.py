@@ -43,6 +43,25 @@ def test_every_shipped_cell_has_the_controller_file_of_its_servo():
         assert [gains[f'actuator/{j}/kv'] for j in joints] == list(kv), path
 
 
+def test_a_robot_swapped_in_gets_the_controller_file_of_its_own_servo(tmp_path):
+    """The harness with --robot: the cell runs the new robot's default servo gains, so the
+    lab's controller file is written from them (the spec's shipped file is the old robot's:
+    with it the twin's servo was 20% softer and 2.7x less damped than the cell's)."""
+    from real2sim2real_ros.core.controller_config import write_controller_config
+    from real2sim2real_ros.core.robot_description import gripper_cell_urdf
+    from real2sim2real_ros.core.tools import cell_spec_with_robot
+    spec = cell_spec_with_robot(load_cell_spec(default_cell_spec_path()), gripper_cell_urdf())
+    joints = list(load_robot(spec.urdf_path()).joint_names)
+    path = write_controller_config(tmp_path / 'c.yaml', joints, spec.robot.kp, spec.robot.kv)
+    gains = load_servo_gains(path, joints)
+    assert [gains[f'actuator/{j}/kp'] for j in joints] == list(spec.robot.kp)
+    assert [gains[f'actuator/{j}/kv'] for j in joints] == list(spec.robot.kv)
+    shipped = load_servo_gains(CONFIG / 'controllers' / 'default_arm.yaml', joints)
+    assert shipped != gains                 # what the harness used to give the twin
+    one = load_servo_gains(write_controller_config(tmp_path / 'd.yaml', joints, 800.0, 20.0))
+    assert set(one.values()) == {800.0, 20.0}
+
+
 def test_controller_file_errors_name_the_problem(tmp_path):
     bad = tmp_path / 'c.yaml'
     bad.write_text('jtc:\n  ros__parameters:\n    gains:\n      elbow_joint: {p: 10.0}\n')
