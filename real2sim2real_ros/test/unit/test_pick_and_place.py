@@ -216,9 +216,9 @@ def test_gentle_pick_sizes_the_grasp_to_the_weight(robot):
     """gentle_pick_and_place: the closing effort is the action's 5th component, charged for
     in the reward; the weight_sized_grasp expert closes with margin x m (g + a) / (2 mu).
     In the twin a 0.9 kg box held with the effort sized for the prior's 0.2 kg (6.4 N) slips
-    out of the jaw, with the effort sized for 0.9 kg (28.8 N) it is placed (the thresholds
-    measured here: twin 8-15 N, MuJoCo cell 15-18 N, Drake cell 12-20 N for 0.9 kg;
-    2-4, 2-4 and 3-6 N for 0.21 kg)."""
+    out of the jaw, with the effort sized for 0.9 kg (28.8 N) it is placed (the grip that
+    holds, results/grasping/grip_thresholds.json: twin 8-12 N, MuJoCo cell 15-18 N, Drake
+    cell 15-18 N for 0.9 kg; 2-3, 3-4 and 3-4 N for 0.21 kg)."""
     from real2sim2real_ros.core.tasks.base import ResetSample
     size = (0.08, 0.06, 0.05)
     light = get_task('gentle_pick_and_place', robot, {'object_size': size})
