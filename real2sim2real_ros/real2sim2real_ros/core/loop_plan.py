@@ -293,6 +293,5 @@ def task_success_at(task, xyz, quat_wxyz, goal) -> bool:
              'goal_yaw': float(goal[2]) if len(goal) > 2 else pose.yaw, 'tip_xy': None}
     jaw = getattr(task, 'jaw', None)
     if jaw is not None:   # a grasping task's episode ran to its end: its last grip opened
-        state.update(jaw_position=jaw.upper, jaw_open_at=jaw.upper, object_speed=0.0,
-                     goal_z=task.object_z + task.place_lift)
+        state = task.outcome_state(state['goal_xy'], xyz, quat_wxyz, jaw.upper, 0.0)
     return bool(task.success(state))

@@ -561,6 +561,16 @@ class _PolarGoal:
     from the task's distance and heading ranges (their middle; a scripted demonstrator's
     goal distribution when the checkpoint has one)."""
 
+    def _set_goal(self, goal) -> np.ndarray:
+        """``goal_xy`` from the action's goal ([] or [x, y]; a third value is ignored),
+        checked against the workspace; the parsed goal."""
+        g = _parse_goal(goal, (0, 2, 3), self.task.name)
+        self.goal_xy = None if g.size == 0 else g[:2].copy()
+        if self.goal_xy is not None:
+            self.gate.check_goal_xy(self.goal_xy)
+        self.plan: dict | None = None
+        return g
+
     def _resolve_goal(self, pose: ObjectPose) -> np.ndarray:
         if self.goal_xy is None:
             c = self.task.cfg
@@ -585,11 +595,7 @@ class SlideEpisode(_PolarGoal, PolicyEpisode):
 
     def __init__(self, loaded, gate, goal=(), settings=None):
         super().__init__(loaded, gate, goal, settings)
-        g = _parse_goal(goal, (0, 2, 3), self.task.name)
-        self.goal_xy = None if g.size == 0 else g[:2].copy()
-        if self.goal_xy is not None:
-            gate.check_goal_xy(self.goal_xy)
-        self.plan: dict | None = None
+        self._set_goal(goal)
 
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
         """The strike's motions from ``q_current`` towards the goal for the object at ``pose``."""
@@ -754,7 +760,8 @@ class PickEpisode(_PolarGoal, PolicyEpisode):
     four motions with the jaw between them: the approach to the plan's ``q_above`` (the
     wrist turned to the box's faces on the way), the descent with the jaw opened first, the
     carry (lift, traverse, lower) after the jaw closed on the box with the task's
-    ``grasp_effort``, and the retreat after it opened, then the task's ``settle_time``.
+    ``grasp_effort`` (or the action's effort), and the retreat after it opened, then the
+    task's ``settle_time``.
     Goal: the target square's centre ``[x, y]`` (stack: the base box's centre, required);
     empty: the middle of the task's goal distance and heading ranges from the observed box.
     The outcome needs the jaw's position at the end: the executor sets ``jaw_position``
@@ -765,14 +772,9 @@ class PickEpisode(_PolarGoal, PolicyEpisode):
 
     def __init__(self, loaded, gate, goal=(), settings=None):
         super().__init__(loaded, gate, goal, settings)
-        g = _parse_goal(goal, (0, 2, 3), self.task.name)   # a third value is ignored
-        if g.size == 0 and self.task.place_lift > 0:
+        if self._set_goal(goal).size == 0 and self.task.place_lift > 0:
             raise ExecutionError(INVALID_GOAL, f'{self.task.name}: task_goal must be the base '
                                  "box's centre [x, y] (m): it is not tracked for this task")
-        self.goal_xy = None if g.size == 0 else g[:2].copy()
-        if self.goal_xy is not None:
-            gate.check_goal_xy(self.goal_xy)
-        self.plan: dict | None = None
         self.jaw_position = math.nan
 
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
@@ -805,10 +807,8 @@ class PickEpisode(_PolarGoal, PolicyEpisode):
 
     def state(self, pose: ObjectPose) -> dict:
         """The task's state for the box at ``pose`` with the jaw at ``jaw_position``."""
-        return {'object_xy': pose.xy, 'object_z': pose.z, 'object_yaw': pose.yaw,
-                'goal_xy': self.goal_xy, 'object_up_z': pose.up_z,
-                'jaw_position': float(self.jaw_position), 'jaw_open_at': self.task.jaw.upper,
-                'object_speed': 0.0, 'goal_z': self.task.object_z + self.task.place_lift}
+        return self.task.outcome_state(self.goal_xy, pose.position, pose.quat,
+                                       self.jaw_position, 0.0)
 
     def goal_description(self) -> dict:
         """Goal x, y (m) and, once planned, the wrist's turn (rad)."""

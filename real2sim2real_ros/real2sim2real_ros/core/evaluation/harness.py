@@ -182,17 +182,16 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     from ..controller_config import cell_controller_config
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    robot = load_robot(cfg.robot_urdf or spec.urdf_path() or default_cell_urdf())
     if cfg.robot_urdf:
         from ..controller_config import write_controller_config
-        from ..robot_description import load_robot as _load
         from ..tools import cell_spec_with_robot
         spec = cell_spec_with_robot(spec, cfg.robot_urdf)   # its ready pose as initial pose
         # The lab's controller file for the new robot: the servo gains its cell runs with
         # (the spec's shipped file is the old robot's; with it the twin's servo was 20%
         # softer and 2.7x less damped than the cell's, and the arm fit failed).
         controller_config = write_controller_config(
-            out_dir / 'controllers.yaml', _load(spec.urdf_path()).joint_names,
-            spec.robot.kp, spec.robot.kv)
+            out_dir / 'controllers.yaml', robot.joint_names, spec.robot.kp, spec.robot.kv)
     else:
         controller_config = cell_controller_config(spec)    # the lab's, for the spec's arm
     say = progress or (lambda *a: None)
@@ -201,7 +200,6 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     for reader, reason in DECLARED_TRUTH_READERS.items():
         door.declare(reader, reason)
     world = make_world(spec, cfg.robot_urdf, truth=door)
-    robot = load_robot(cfg.robot_urdf or spec.urdf_path() or default_cell_urdf())
     with door.scoring():
         truth = world.hidden_truth(list(world.joint_names))
 

@@ -211,11 +211,13 @@ class PickAndPlace(DeclaredTask):
         return out
 
     # ---------------------------------------------------------------- the episode
-    def _outcome(self, reset: ResetSample, xyz, quat, jaw_position: float,
-                 speed: float) -> dict:
+    def outcome_state(self, goal_xy, xyz, quat, jaw_position: float, speed: float) -> dict:
+        """The task's state (what its success predicates read) for the box at ``xyz`` (m)
+        turned by ``quat`` (w, x, y, z) and moving at ``speed`` (m/s), the target at
+        ``goal_xy`` and the jaw at ``jaw_position`` (m)."""
         w, x, y, _ = np.asarray(quat, float) / np.linalg.norm(quat)
         return {'object_xy': np.asarray(xyz[:2], float), 'object_z': float(xyz[2]),
-                'object_yaw': quat_yaw(quat), 'goal_xy': reset.goal_xy,
+                'object_yaw': quat_yaw(quat), 'goal_xy': goal_xy,
                 'object_up_z': float(1 - 2 * (x * x + y * y)),
                 'jaw_position': float(jaw_position), 'jaw_open_at': self.jaw.upper,
                 'object_speed': float(speed), 'goal_z': self.object_z + self.place_lift}
@@ -256,7 +258,7 @@ class PickAndPlace(DeclaredTask):
             self._wait(world, plan['retreat'][1][-1], 0.1)
             xyz, quat = scored_pose(world)
             speed = float(np.linalg.norm(np.asarray(xyz) - xyz0)) / 0.1
-            state = self._outcome(reset, xyz, quat, world.gripper_state()[0], speed)
+            state = self.outcome_state(reset.goal_xy, xyz, quat, world.gripper_state()[0], speed)
             state['grasp_effort'] = plan['effort']
         except UnstableTwinError:
             return self._failed(world, reset, {'unstable': True}, obs, action)
@@ -269,7 +271,7 @@ class PickAndPlace(DeclaredTask):
 
     def _failed(self, world, reset, info, obs=None, action=None) -> EpisodeResult:
         xyz, quat = scored_pose(world)
-        state = self._outcome(reset, xyz, quat, self.jaw.lower, 0.0)
+        state = self.outcome_state(reset.goal_xy, xyz, quat, self.jaw.lower, 0.0)
         obs = np.zeros((0, 3)) if obs is None else obs[None]
         action = np.zeros((0, 4)) if action is None else action[None]
         return EpisodeResult(False, self.reward(state), self.error(state), obs, action,
