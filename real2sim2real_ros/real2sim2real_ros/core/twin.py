@@ -370,6 +370,18 @@ class Twin:
         self.latency, self.gravity_compensation = saved['latency'], \
             saved['gravity_compensation']
 
+    def fork(self) -> Twin:
+        """A twin with this one's model (a copy, parameters as set now) and rollout workers
+        and scratch data of its own: rollouts on the two may run on two threads at once
+        (MuJoCo steps without the GIL). Parameters set on one afterwards stay on it. Close
+        it like any twin."""
+        twin = copy.copy(self)
+        twin.model = copy.copy(self.model)
+        twin.data = mujoco.MjData(twin.model)
+        twin._pools, twin._datas = {}, []
+        twin._queue = collections.deque(self._queue)
+        return twin
+
     def _variant(self, values: dict[str, float]) -> tuple[mujoco.MjModel, dict]:
         """A copy of the model with ``values`` applied (for batched rollouts)."""
         model = copy.copy(self.model)

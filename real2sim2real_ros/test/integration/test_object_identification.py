@@ -185,6 +185,35 @@ def test_probe_bags_round_trip_and_refit(case, robot, tmp_path):
         assert abs(e1.value - e2.value) <= tol, (e1, e2)
 
 
+@pytest.mark.parametrize('case', [303], indirect=True)    # a box and a cylinder, both struck
+def test_objects_fitted_side_by_side_equal_one_after_the_other(case, robot):
+    """With two threads, identify_objects fits each object on a fork of the twin (its own
+    thread): the estimates and intervals are the one-thread fit's, bit for bit. A fork's
+    parameters are its own."""
+    arm = case.twin.get_parameters([n for n in case.twin.parameter_names()
+                                    if n.startswith(('joint/', 'actuator/', 'global/'))])
+    specs = object_specs(case.twin)
+    assert len({s.name.split('/')[1] for s in specs}) == 2
+    fits = []
+    for n in (1, 2):
+        twin = Twin(robot, scene_xml(case.spec), parameters=arm)
+        fits.append(identify_objects(twin, specs, case.recordings[:2], nthread=n,
+                                     scores='none'))
+        twin.close()
+    assert fits[0].unstruck == []      # both objects fitted: the side-by-side path
+    est = [{p.name: (p.value, p.lower_95, p.upper_95, p.identified) for p in f.parameters}
+           for f in fits]
+    assert est[0] == est[1]
+    twin = Twin(robot, scene_xml(case.spec), parameters=arm)
+    fork = twin.fork()
+    name = specs[0].name
+    before = twin.get_parameter(name)
+    fork.set_parameter(name, 2 * before)
+    assert twin.get_parameter(name) == before and fork.get_parameter(name) == 2 * before
+    fork.close()
+    twin.close()
+
+
 def test_missing_poses_lost_objects_and_bags_without_tracking(robot, tmp_path):
     spec = dataclasses.replace(default_spec(), cameras=())
     from real2sim2real_ros.core.emulated_world import EmulatedWorld

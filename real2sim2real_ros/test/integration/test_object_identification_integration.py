@@ -74,6 +74,11 @@ def test_live_strikes_identify_the_box_friction(live):
     c, mu_c = est['geom/cylinder_0/friction'], truth['geom/cylinder_0/friction']
     print(f'cylinder friction {c.value:.3f} [{c.lower_95:.3f}, {c.upper_95:.3f}] (truth '
           f'{mu_c}), identified {c.identified}')
+    # What the fit saw of each object (slides, residual counts, chi2): a miss is diagnosable
+    # from CI's log alone (a fresh-clone run under load once claimed 0.98 [0.74, 1.00]).
+    per_object = json.loads((Path(result.parameters.artifact_dir) / 'manifest.json')
+                            .read_text())['results']['objects']['per_object']
+    print('per object: ' + json.dumps(per_object, sort_keys=True))
     assert c.lower_95 <= mu_c <= c.upper_95
     assert not c.identified or abs(c.value - mu_c) <= 0.10 * mu_c
     # 20 arm parameters + friction, mass and the 2 lateral centre of mass offsets of two
@@ -101,7 +106,7 @@ def test_live_strikes_identify_the_box_friction(live):
     assert objects['heldout_joint_after'] < objects['heldout_joint_before']
     # The stage's profile (core/sysid/stage.py): the probes' motion, the fits, twin builds
     # (one arm twin, one for the strikes, a fresh one each for the objects' validation fit,
-    # before the last strike, and their final fit: none per strike). No fit made twice.
+    # beside the last strike, and their final fit: none per strike). No fit made twice.
     prof = manifest['results']['profile']
     print('identify profile (s): ' + ', '.join(f'{k} {v:.1f}'
                                                 for k, v in prof['seconds'].items()))
@@ -109,8 +114,11 @@ def test_live_strikes_identify_the_box_friction(live):
             'report'} <= set(prof['seconds'])
     assert prof['counts']['twin_builds'] == 4
     if len(inputs['strike_bags']) == 3:     # as planned (a third strike may find no room)
+        # two planning fits (friction only) between the strikes, the validation beside the
+        # last strike (the stage waits for it only where it outlasts that strike)
         assert prof['counts']['object_fit_validation'] == 1
-        assert prof['counts']['object_fit_intermediate'] == 1
+        assert prof['counts']['object_fit_validation_wait'] == 1
+        assert prof['counts']['object_fit_intermediate'] == 2
     assert prof['counts']['strike_probes'] == len(inputs['strike_bags'])
     assert (Path(result.parameters.artifact_dir) / 'objects.png').read_bytes()[:4] == \
         b'\x89PNG'

@@ -322,7 +322,7 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
               'tracker_cpu_ms_per_frame': 1e3 * tracker.cpu / max(tracker.frames, 1),
               'object_wall_s': sum(profile.get(k, 0.0) for k in (
                   'tracked_poses', 'strike_planning', 'strike_probes',
-                  'object_fit_intermediate', 'object_fit')),
+                  'object_fit_intermediate', 'object_fit_validation_wait', 'object_fit')),
               'probes': len(probes) + len(strike_recs),
               'nthread': settings.nthread, 'stage_folder': str(out.folder),
               'controller_config': conf.controller_config,

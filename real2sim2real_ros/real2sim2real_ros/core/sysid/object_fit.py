@@ -807,21 +807,16 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
     result_set = ParameterSet()
     per_object, n_rollouts, unstruck = {}, 0, []
     rb, ra = [], []
-    for i, (oid, ospecs) in enumerate(sorted(by_object.items())):
+    fits = _fit_objects(twin, by_object, segs, sigma_track, options, nthread, progress)
+    for oid, ospecs in sorted(by_object.items()):
         osegs = [s for s in segs if s.object_id == oid]
-        if progress:
-            progress(f'fit {oid}', i / max(1, len(by_object)), float('nan'))
         if not osegs:
             unstruck.append(oid)
             for s in ospecs:
                 result_set.add(ParameterEstimate(s.name, s.prior, s.lower, s.upper, s.prior,
                                                  s.unit, False))
             continue
-        try:
-            est, n_r, info = _fit_object(twin, ospecs, osegs, sigma_track, options, nthread,
-                                         offsets_observable=_is_box(twin, oid))
-        except UnstableTwinError as exc:
-            raise UnstableTwinError(f'{oid}: {exc}') from None
+        est, n_r, info = fits[oid]
         n_rollouts += n_r
         for s in ospecs:
             v, hw, ok, rejects = est[s.name]
@@ -859,6 +854,50 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
                            unstruck=unstruck, tracker_noise=sigma_track,
                            per_object=per_object, cpu_time=time.process_time() - cpu0,
                            **scored)
+
+
+def _fit_objects(twin: Twin, by_object: dict, segs, sigma_track, options, nthread: int,
+                 progress) -> dict:
+    """{id: _fit_object's (estimates, rollouts, info)} of every struck object. With two
+    threads or more and two objects or more, each object is fitted on a fork of ``twin``
+    (Twin.fork, the same parameters) on a thread of its own: MuJoCo's batched rollouts split
+    a grid of 4-9 values over 2 workers at 1.2 x the speed of one for 1.4 x the CPU
+    (measured: 8.0 s wall, 13.7 CPU-s against 9.6 and 9.6 for the default cell's two
+    objects on 2 strikes), objects side by side at nearly 2 x. The estimates do not depend
+    on it: every object's fit sees the others at the twin's values either way.
+    ``progress(stage, fraction, residual)`` before each object's fit is started."""
+    from concurrent.futures import ThreadPoolExecutor
+    struck = [(oid, ospecs, [s for s in segs if s.object_id == oid])
+              for oid, ospecs in sorted(by_object.items())]
+    struck = [job for job in struck if job[2]]
+
+    def fit(job, tw, nth):
+        oid, ospecs, osegs = job
+        try:
+            return _fit_object(tw, ospecs, osegs, sigma_track, options, nth,
+                               offsets_observable=_is_box(twin, oid))
+        except UnstableTwinError as exc:
+            raise UnstableTwinError(f'{oid}: {exc}') from None
+
+    workers = min(max(1, nthread), len(struck))
+    if workers < 2:
+        out = {}
+        for i, job in enumerate(struck):
+            if progress:
+                progress(f'fit {job[0]}', i / max(1, len(struck)), float('nan'))
+            out[job[0]] = fit(job, twin, nthread)
+        return out
+    if progress:
+        progress('fit ' + ', '.join(job[0] for job in struck), 0.0, float('nan'))
+    forks = [twin.fork() for _ in struck]
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix='object_fit') as ex:
+            futures = [ex.submit(fit, job, tw, max(1, nthread // workers))
+                       for job, tw in zip(struck, forks)]
+            return {job[0]: f.result() for job, f in zip(struck, futures)}
+    finally:
+        for tw in forks:
+            tw.close()
 
 
 def _rms(v) -> float:

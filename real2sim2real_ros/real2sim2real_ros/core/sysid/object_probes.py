@@ -435,6 +435,18 @@ def _line_points(ik: TiltedToolIK, a, b, duration, dt, q_seed):
     return taus, qs, qd
 
 
+def _vertical_points(ik: TiltedToolIK, a, b, height, cfg, q_seed, vlim):
+    """_line_points down or up between ``a`` and ``b`` (``height`` apart) at
+    ``cfg.vertical_speed`` (at least 0.5 s), stretched where a joint would pass ``vlim`` (an
+    arm whose wrist turns fast for a short tool move is slowed, not refused)."""
+    duration = max(0.5, height / cfg.vertical_speed)
+    move = _line_points(ik, a, b, duration, cfg.move_dt, q_seed)
+    ratio = float(np.max(np.abs(move[2]) / vlim))
+    if ratio > 1.0:
+        move = _line_points(ik, a, b, duration * ratio * 1.05, cfg.move_dt, q_seed)
+    return move
+
+
 def _push_profile(v: float, cfg: StrikeConfig, lift: float | None = None,
                   creep_extra: float | None = None):
     """Tool progress s(t) from the start (at rest) and its height offset: creep at
@@ -685,10 +697,9 @@ def _approach(ik, start, rest_z, safe_z, q_seed, cfg, v, u, lift, creep, vlim):
     the descent's last point (the push starts where the descent ends)."""
     q_above = ik.solve([*start, safe_z], q_seed)
     q_rest = ik.solve([*start, rest_z], q_above)
-    duration = max(0.5, (safe_z - rest_z) / cfg.vertical_speed)
     if not ik.redundant:
-        down = _line_points(ik, ik.tip(q_above), ik.tip(q_rest), duration, cfg.move_dt,
-                            q_above)
+        down = _vertical_points(ik, ik.tip(q_above), ik.tip(q_rest), safe_z - rest_z, cfg,
+                                q_above, vlim)
         return q_above, q_rest, down
     rest = np.array([*start, rest_z])
     _, _, _, _, s_rel0 = _push_profile(v, cfg, lift, creep)
@@ -697,7 +708,7 @@ def _approach(ik, start, rest_z, safe_z, q_seed, cfg, v, u, lift, creep, vlim):
     q_best = ik.best_redundancy(rest, q_rest, [(rest, vel), (release, vel)], vlim)
     if q_best is not q_rest:
         q_above = ik.solve([*start, safe_z], q_best)
-    down = _line_points(ik, ik.tip(q_above), rest, duration, cfg.move_dt, q_above)
+    down = _vertical_points(ik, ik.tip(q_above), rest, safe_z - rest_z, cfg, q_above, vlim)
     return q_above, down[1][-1], down
 
 
@@ -723,9 +734,8 @@ def _try_lean(heading, lean, start, u, v, cfg, ik, vlim, mu_lo, safe_z, q_seed, 
             qs = ik.solve_path(pts, q_rest)
             top = ik.tip(qs[-1])
             top[2] = safe_z
-            up = _line_points(ik, ik.tip(qs[-1]), top,
-                              max(0.5, (safe_z - ik.tip(qs[-1])[2]) / cfg.vertical_speed),
-                              cfg.move_dt, qs[-1])
+            up = _vertical_points(ik, ik.tip(qs[-1]), top, safe_z - ik.tip(qs[-1])[2], cfg,
+                                  qs[-1], vlim)
         except ValueError as exc:    # IKError: out of reach or past a limit
             return None, f'{_UNREACHABLE} ({str(exc).splitlines()[0]})'
         qd = np.gradient(np.vstack([q_rest, qs]), np.concatenate([[0.0], t]), axis=0)[1:]

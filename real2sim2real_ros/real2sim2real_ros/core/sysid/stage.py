@@ -8,10 +8,12 @@ the evaluation harness (probes on an in-process emulated cell) and offline bags:
   declares for its boxes and cylinders (``objects:``);
 * :func:`run_strikes`: strike probes on a :class:`StrikeCell` (what executes a strike and
   reports tracked poses: the node's executor + tracker topic, the harness's emulated cell +
-  depth tracker), each planned from the tracked poses and the object fit of the strikes
-  before it. The fit on every strike but the last, which plans the last strike, is made on
-  a fresh twin with the arm's final values (the arm fit's; the stage waits for it there): it
-  is the final fit's held-out validation too (:class:`Validation`), so no fit is made twice;
+  depth tracker), each planned from the tracked poses and the friction fitted on the strikes
+  before it (friction alone: it is all a plan reads). The objects' full fit on every strike
+  but the last is made on a fresh twin with the arm's final values (the arm fit's), on a
+  thread beside the last strike: it is the final fit's held-out validation
+  (:class:`Validation`), so no fit is made twice and none between strikes but the planning
+  fits;
 * :class:`ArmFit`: the arm fit (core/sysid/fit.identify) on a thread of its own, started
   as soon as the arm probes are recorded, so it runs while the strikes move the arm (it
   needs nothing the strikes give: with strikes to come, the arm is scored on them later);
@@ -170,11 +172,8 @@ class ArmFit:
     def _run(self, lower_priority: bool = False) -> None:
         from .fit import identify
         from .report import render_report
-        if lower_priority and hasattr(os, 'setpriority'):
-            # This thread (and the MuJoCo rollout workers it starts) at nice +NICE, where the
-            # OS allows it: the probes' own motion (a real-time cell, its camera) comes first.
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.NICE)
+        if lower_priority:
+            _lower_priority(self.NICE)
         try:
             with self.timer('arm_fit'):
                 s = self.settings
@@ -212,6 +211,14 @@ class ArmFit:
         if self._error is not None:
             raise self._error
         return self.fit
+
+
+def _lower_priority(nice: int) -> None:
+    """This thread (and the MuJoCo rollout workers it starts) at nice +``nice``, where the OS
+    allows it: the probes' own motion (a real-time cell, its camera) comes first."""
+    if hasattr(os, 'setpriority'):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
 
 
 @contextlib.contextmanager
@@ -316,44 +323,79 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                 timer: StageTimer | None = None, before_strike=None, scene: str = '',
                 footprints: dict | None = None, final_values=None) -> Strikes:
     """``n`` strike probes on ``cell`` (each strikes every object of ``specs`` once), planned
-    from the tracked poses; the friction range of each plan from the fit of the strikes
-    before it. Every other object of the scene is kept clear of: a box or cylinder as tracked
-    now, one not tracked (an irregular object) by ``footprints`` ({id: (xy, radius)}, e.g.
-    the reconstruction's). ``values``: the arm's values in ``twin``; ``final_values()``: the
-    arm's final values (it may wait for the arm fit): given, the fit on every strike but the
-    last, which plans the last strike, is made on a fresh twin with them and is the final
-    fit's :class:`Validation` (else fit_and_write makes it again). Returns
-    :class:`Strikes`. MissingTopicsError (no object tracked), ProbeExecutionError (an object
-    lost or off the table, no strike possible), InvalidBoundsError (unusable strike / fit
-    options)."""
-    from .object_fit import ObjectFitOptions, identify_objects, strike_objects, table_region
-    from .object_probes import StrikeConfig, plan_strike_probe
-    from .probes import ProbeError
-    timer = timer or StageTimer()
-    log = log or (lambda _m: None)
+    from the tracked poses; the friction range of each plan from the friction fitted on the
+    strikes before it (:func:`_planning_fit`, on ``twin``). Every other object of the scene
+    is kept clear of: a box or cylinder as tracked now, one not tracked (an irregular
+    object) by ``footprints`` ({id: (xy, radius)}, e.g. the reconstruction's). ``values``:
+    the arm's values in ``twin``; ``final_values()``: the arm's final values (it may wait
+    for the arm fit): given, the objects' full fit on every strike but the last is made on a
+    fresh twin with them, on a thread (nice +5) while the last strike runs, and is the final
+    fit's :class:`Validation` (else fit_and_write makes it); it has ended when this returns
+    or raises. Returns :class:`Strikes`. MissingTopicsError (no object tracked),
+    ProbeExecutionError (an object lost or off the table, no strike possible),
+    InvalidBoundsError (unusable strike / fit options)."""
+    from .object_fit import ObjectFitOptions, table_region
+    from .object_probes import StrikeConfig
     try:
         scfg = StrikeConfig.from_dict(config.strike)
         options = ObjectFitOptions.from_dict(config.object_fit)
         table = table_region(twin)
     except (TypeError, ValueError) as exc:
         raise InvalidBoundsError(f'object identification config: {exc}') from None
-    ids = sorted({s.name.split('/')[1] for s in specs})
-    priors = {oid: (0.2, 0.5, 1.0) for oid in ids}
-    for s in specs:
-        if s.name.endswith('/friction'):
-            priors[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
-    friction = dict(priors)
+    run = _StrikeRounds(cell, robot, twin, specs, scfg, options, table, settings,
+                        timer or StageTimer(), log or (lambda _m: None), progress, scene,
+                        footprints, final_values)
+    run.before_strike = before_strike
     _set_known(twin, values)
-    recs, previous, seen, validation = [], {}, {}, None
-    for r in range(n):
-        if progress is not None:
-            progress(f'strike {r + 1}/{n}', 0.5 + 0.3 * r / max(n, 1))
-        if before_strike is not None:
-            before_strike(r)
-        with timer('tracked_poses'):
-            tracked = cell.tracked_poses(sorted(set(ids) | set(twin.object_ids)))
-            poses = {k: v for k, v in tracked.items() if k in ids}
-        for oid, (xyz, _) in seen.items():
+    try:
+        for r in range(n):
+            if not run.strike(r, n):
+                break
+            if r < n - 1:
+                run.plan_next(r, n)
+    except BaseException:
+        if run.validation is not None:     # no thread outlives the stage
+            run.validation.cancel()
+            run.validation.join()
+        raise
+    validation = run.validation.result() if run.validation is not None else None
+    # Struck fewer times than planned: fit_objects finds the validation is not on the
+    # strikes but the last, and makes its own.
+    return Strikes(run.recs, validation)
+
+
+class _StrikeRounds:
+    """:func:`run_strikes`' state: the strikes so far, the friction ranges they plan with,
+    the validation fit's thread once started."""
+
+    def __init__(self, cell, robot, twin, specs, scfg, options, table, settings, timer, log,
+                 progress, scene, footprints, final_values):
+        self.cell, self.robot, self.twin, self.specs = cell, robot, twin, specs
+        self.scfg, self.options, self.table, self.settings = scfg, options, table, settings
+        self.timer, self.log, self.progress, self.scene = timer, log, progress, scene
+        self.footprints, self.final_values = footprints or {}, final_values
+        self.ids = sorted({s.name.split('/')[1] for s in specs})
+        self.priors = {oid: (0.2, 0.5, 1.0) for oid in self.ids}
+        for s in specs:
+            if s.name.endswith('/friction'):
+                self.priors[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
+        self.friction = dict(self.priors)
+        self.recs, self.previous, self.seen = [], {}, {}
+        self.validation: _ValidationThread | None = None
+        self.before_strike = None
+
+    def _say(self, stage: str, fraction: float) -> None:
+        if self.progress is not None:
+            self.progress(stage, fraction)
+
+    def _objects(self, r: int):
+        """(objects to strike, obstacles) as tracked now; raises when one was lost."""
+        from .object_fit import strike_objects
+        with self.timer('tracked_poses'):
+            tracked = self.cell.tracked_poses(sorted(set(self.ids) | set(self.twin.object_ids)))
+            poses = {k: v for k, v in tracked.items() if k in self.ids}
+        table = self.table
+        for oid, (xyz, _) in self.seen.items():
             if oid not in poses:
                 raise ProbeExecutionError(
                     f'object {oid!r} is lost: no tracked pose after strike probe {r} (last '
@@ -364,53 +406,78 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
                 raise ProbeExecutionError(f'object {oid!r} is off the table at '
                                           f'{np.round(poses[oid][0], 3).tolist()} after '
                                           f'strike probe {r}')
-        seen.update(poses)
-        objs = strike_objects(twin, poses)
-        others = strike_objects(twin, {k: v for k, v in tracked.items() if k not in ids})
-        shown = set(ids) | {o.id for o in others}
+        self.seen.update(poses)
+        objs = strike_objects(self.twin, poses)
+        others = strike_objects(self.twin, {k: v for k, v in tracked.items()
+                                            if k not in self.ids})
+        shown = set(self.ids) | {o.id for o in others}
         others += [(np.asarray(xy, float)[:2], float(rad))
-                   for oid, (xy, rad) in (footprints or {}).items() if oid not in shown]
+                   for oid, (xy, rad) in self.footprints.items() if oid not in shown]
         if not objs:
-            raise MissingTopicsError(f'the tracker does not see {ids} before strike {r} (it '
-                                     f'reports {sorted(poses)})')
-        with timer('strike_planning'):
+            raise MissingTopicsError(f'the tracker does not see {self.ids} before strike {r} '
+                                     f'(it reports {sorted(poses)})')
+        return objs, others
+
+    def strike(self, r: int, n: int) -> bool:
+        """Plan and run strike probe ``r`` (its recording appended to :attr:`recs`); False
+        when no strike could be planned after the first (the strikes stop)."""
+        from .object_probes import plan_strike_probe
+        from .probes import ProbeError
+        self._say(f'strike {r + 1}/{n}', 0.5 + 0.3 * r / max(n, 1))
+        if self.before_strike is not None:
+            self.before_strike(r)
+        objs, others = self._objects(r)
+        with self.timer('strike_planning'):
             try:
-                plan = plan_strike_probe(robot, objs, table, cell.current_positions(),
-                                         friction, scfg, previous=previous, name=f'strike_{r}',
-                                         obstacles=others)
+                plan = plan_strike_probe(self.robot, objs, self.table,
+                                         self.cell.current_positions(), self.friction,
+                                         self.scfg, previous=self.previous,
+                                         name=f'strike_{r}', obstacles=others)
             except ProbeError as exc:
                 if r == 0:
                     raise ProbeExecutionError(f'no strike probe: {exc}') from None
-                log(f'strike probe {r}: {exc}; stopping strikes')
-                break
+                self.log(f'strike probe {r}: {exc}; stopping strikes')
+                return False
         for oid, why in plan.skipped.items():
-            log(f'strike probe {r}: {oid} not struck: {why}')
-        info = {'strikes': [s.to_dict() for s in plan.strikes], 'scene': scene,
-                'skipped': plan.skipped, 'round': r, 'strike_config': vars(scfg)}
-        with timer('strike_probes'):
-            recs.append(cell.strike(plan, r, info))
+            self.log(f'strike probe {r}: {oid} not struck: {why}')
+        info = {'strikes': [s.to_dict() for s in plan.strikes], 'scene': self.scene,
+                'skipped': plan.skipped, 'round': r, 'strike_config': vars(self.scfg)}
+        with self.timer('strike_probes'):
+            self.recs.append(self.cell.strike(plan, r, info))
         for s in plan.strikes:
-            previous.setdefault(s.object_id, []).append(s.heading)
-        if r < n - 1:
-            if progress is not None:
-                progress(f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
-            if r == n - 2 and final_values is not None:
-                validation = _validation(robot, scene, specs, options, recs, settings,
-                                         final_values(), timer, log)
-                f = validation.fit if validation is not None else None
-            else:
-                with timer('object_fit_intermediate'):
-                    try:
-                        f = identify_objects(twin, specs, recs, options=options,
-                                             nthread=settings.nthread, scores='none')
-                    except ValueError as exc:
-                        log(f'intermediate object fit: {exc}')
-                        f = None
-            if f is not None:
-                _friction_update(friction, f, specs, priors)
-    # Struck fewer times than planned: fit_objects finds the validation is not on the
-    # strikes but the last, and makes its own.
-    return Strikes(recs, validation)
+            self.previous.setdefault(s.object_id, []).append(s.heading)
+        return True
+
+    def plan_next(self, r: int, n: int) -> None:
+        """After strike ``r`` (not the last): the friction ranges the next one is planned
+        with; after the last but one, the validation fit's thread is started too."""
+        self._say(f'fit objects {r + 1}/{n}', 0.5 + 0.3 * r / n)
+        f = _planning_fit(self.twin, self.specs, self.recs, self.options, self.settings,
+                          self.timer, self.log)
+        if f is not None:
+            _friction_update(self.friction, f, self.specs, self.priors)
+        if r == n - 2 and self.final_values is not None:
+            self.validation = _ValidationThread(
+                self.robot, self.scene, self.specs, self.options, list(self.recs),
+                self.settings, self.final_values, self.timer, self.log)
+
+
+def _planning_fit(twin, specs, recs, options, settings, timer, log):
+    """The friction of the strikes so far, the others at their priors (what plans the next
+    strike: its speed and the room its slide needs); None (logged) without a usable strike.
+    A third of the full fit's rollouts: the mass, the centre of mass offsets and the
+    friction's refit given them are left to the validation and final fits."""
+    from .object_fit import identify_objects
+    friction = [s for s in specs if s.name.endswith('/friction')]
+    if not friction:
+        return None
+    with timer('object_fit_intermediate'):
+        try:
+            return identify_objects(twin, friction, recs, options=options,
+                                    nthread=settings.nthread, scores='none')
+        except ValueError as exc:
+            log(f'intermediate object fit: {exc}')
+            return None
 
 
 def _friction_update(friction: dict, fit, specs, priors: dict) -> None:
@@ -425,17 +492,60 @@ def _friction_update(friction: dict, fit, specs, priors: dict) -> None:
                              else (lo, e.value, hi))
 
 
-def _validation(robot, scene, specs, options, recs, settings, values, timer, log):
-    """The :class:`Validation` fit on ``recs`` with the arm's final ``values``; None
-    (logged) when none of its strikes is usable."""
-    with timer('object_fit_validation'):
+class _ValidationThread:
+    """The :class:`Validation` fit on ``recs`` with the arm's final values
+    (``final_values()``, which may wait for the arm fit) on a thread at nice +5, beside the
+    last strike. :meth:`result`: the Validation, None (logged) when none of its strikes is
+    usable or it was cancelled; raises what the fit raised otherwise."""
+
+    NICE = 5
+
+    def __init__(self, robot, scene, specs, options, recs, settings, final_values, timer, log):
+        self._args = (robot, scene, specs, options, recs, settings)
+        self._final_values, self._timer, self._log = final_values, timer, log
+        self._cancel = threading.Event()
+        self._value, self._error = None, None
+        self._thread = threading.Thread(target=self._run, name='object_validation_fit',
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        _lower_priority(self.NICE)
+        robot, scene, specs, options, recs, settings = self._args
         try:
-            fit = validation_fit(robot, scene, specs, options, recs, settings=settings,
-                                 values=values, timer=timer)
+            values = self._final_values()
+            with self._timer('object_fit_validation'):
+                fit = validation_fit(robot, scene, specs, options, recs, settings=settings,
+                                     values=values, timer=self._timer,
+                                     progress=self._checkpoint)
+            self._value = Validation(fit, tuple(x.name for x in recs), values)
         except ValueError as exc:
-            log(f'validation object fit: {exc}')
-            return None
-    return Validation(fit, tuple(x.name for x in recs), values)
+            self._log(f'validation object fit: {exc}')
+        except ArmFitCancelled:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+            self._error = exc
+
+    def _checkpoint(self, *_args) -> None:
+        if self._cancel.is_set():
+            raise ArmFitCancelled('the objects\' validation fit was cancelled')
+
+    def cancel(self) -> None:
+        """Stop the fit at its next object (the strikes failed)."""
+        self._cancel.set()
+
+    def join(self) -> None:
+        """Wait for the thread (it ends at its next object once cancelled)."""
+        self._thread.join()
+
+    def result(self):
+        """The Validation (waits for the thread; the wait is the stage's
+        ``object_fit_validation_wait``)."""
+        with self._timer('object_fit_validation_wait'):
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _object_options(config):
@@ -462,14 +572,15 @@ def _object_twin(robot, scene: str, settings: FitSettings, values: dict, timer):
 
 
 def validation_fit(robot, scene: str, specs, options, recs, *, settings: FitSettings,
-                   values: dict, timer=None):
+                   values: dict, timer=None, progress=None):
     """The objects' fit on ``recs`` (every strike but the held-out last) on a fresh twin
     with the arm's final ``values``, unscored (object_fit.identify_objects, scores='none');
-    ``options``: object_fit.ObjectFitOptions."""
+    ``options``: object_fit.ObjectFitOptions; ``progress(stage, fraction, residual)``
+    before each object."""
     from .object_fit import identify_objects
     with _object_twin(robot, scene, settings, values, timer) as twin:
         return identify_objects(twin, specs, recs, options=options,
-                                nthread=settings.nthread, scores='none')
+                                nthread=settings.nthread, scores='none', progress=progress)
 
 
 def heldout_folds(robot, conf, scene: str, specs, recs, settings, *, arm_fit, reference: dict,
