@@ -120,6 +120,18 @@ def test_camera_topics_stop_mid_capture_is_a_camera_timeout(graph):
     assert capture.alive('camera_capture')
 
 
+def _start_move(cmd, joints, q0):
+    """A 3 s move of the first joint by 0.5 rad on a thread: (thread, {'result'}, an event
+    set a third of the way, when the motion runs on the cell)."""
+    out, moving = {}, threading.Event()
+    worker = threading.Thread(target=lambda: out.setdefault(
+        'result', cmd.execute_trajectory(
+            joints, _points(q0, [0.5, 0, 0, 0, 0, 0], 3.0), record=True, timeout=30,
+            feedback=lambda fb: fb.progress > 0.33 and moving.set())))
+    worker.start()
+    return worker, out, moving
+
+
 def test_cell_dies_mid_execution_aborts_disarms_and_keeps_the_record(graph):
     """Topic backend: the cell is killed 1 s into a 3 s move. The executor ends the goal with
     BACKEND_UNAVAILABLE (joint_states stopped arriving; disarmed) within state_timeout plus a
@@ -129,19 +141,26 @@ def test_cell_dies_mid_execution_aborts_disarms_and_keeps_the_record(graph):
     cell = start_cell()
     try:
         joints = list(cmd.joint_state(timeout=60).name)
-        deadline = time.monotonic() + 30    # until the executor has matched the new cell
-        while not (resp := cmd.arm(wait=30)).success and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert resp.success, resp.message
-        q0 = _q(cmd)
-        out = {}
-        moving = threading.Event()     # a third of the way: the motion runs on the cell
-        worker = threading.Thread(target=lambda: out.setdefault(
-            'result', cmd.execute_trajectory(
-                joints, _points(q0, [0.5, 0, 0, 0, 0, 0], 3.0), record=True, timeout=30,
-                feedback=lambda fb: fb.progress > 0.33 and moving.set())))
-        worker.start()
-        assert moving.wait(30), 'the motion never started'
+        # Discovery runs on each side: the executor may see the new cell's subscription (and
+        # arm) before the cell has matched the executor's publisher, and the cell then never
+        # receives that first trajectory. The executor aborts it safely (TRACKING_ERROR: the
+        # arm did not follow; seen once in a fresh-clone run, the arm still at 0.946 s of the
+        # 3 s move); the move is sent again, at most twice more.
+        for attempt in range(3):
+            deadline = time.monotonic() + 30    # until the executor has matched the new cell
+            while not (resp := cmd.arm(wait=30)).success and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert resp.success, resp.message
+            worker, out, moving = _start_move(cmd, joints, _q(cmd))
+            while worker.is_alive() and not moving.wait(0.1):
+                pass
+            if moving.is_set():
+                break
+            worker.join(timeout=30)
+            lost = out.get('result')
+            assert lost is not None and lost.error_code == TrajResult.TRACKING_ERROR \
+                and attempt < 2, f'the motion never started: {lost}'
+            print(f'attempt {attempt}: the cell missed the trajectory ({lost.error_msg})')
         t_kill = _kill(cell)
         worker.join(timeout=30)
         took = time.monotonic() - t_kill
