@@ -860,11 +860,12 @@ def _fit_objects(twin: Twin, by_object: dict, segs, sigma_track, options, nthrea
                  progress) -> dict:
     """{id: _fit_object's (estimates, rollouts, info)} of every struck object. With two
     threads or more and two objects or more, each object is fitted on a fork of ``twin``
-    (Twin.fork, the same parameters) on a thread of its own: MuJoCo's batched rollouts split
-    a grid of 4-9 values over 2 workers at 1.2 x the speed of one for 1.4 x the CPU
-    (measured: 8.0 s wall, 13.7 CPU-s against 9.6 and 9.6 for the default cell's two
-    objects on 2 strikes), objects side by side at nearly 2 x. The estimates do not depend
-    on it: every object's fit sees the others at the twin's values either way.
+    (Twin.fork, the same parameters) on a thread of its own, one rollout worker each:
+    MuJoCo's batched rollouts split a grid of 4-9 values over 2 workers at only 1.2-1.7 x
+    the speed of one. Measured on the default cell's two objects, 3 live strikes, 2 cores:
+    8.9-10.2 s side by side against 10.7-11.1 s one after the other with 2 workers (3 runs
+    each); the box's fit is the longer one, so the gain is less than 2 x. The estimates do
+    not depend on it: every object's fit sees the others at the twin's values either way.
     ``progress(stage, fraction, residual)`` before each object's fit is started."""
     from concurrent.futures import ThreadPoolExecutor
     struck = [(oid, ospecs, [s for s in segs if s.object_id == oid])

@@ -344,8 +344,7 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
         raise InvalidBoundsError(f'object identification config: {exc}') from None
     run = _StrikeRounds(cell, robot, twin, specs, scfg, options, table, settings,
                         timer or StageTimer(), log or (lambda _m: None), progress, scene,
-                        footprints, final_values)
-    run.before_strike = before_strike
+                        footprints, final_values, before_strike)
     _set_known(twin, values)
     try:
         for r in range(n):
@@ -369,11 +368,12 @@ class _StrikeRounds:
     the validation fit's thread once started."""
 
     def __init__(self, cell, robot, twin, specs, scfg, options, table, settings, timer, log,
-                 progress, scene, footprints, final_values):
+                 progress, scene, footprints, final_values, before_strike):
         self.cell, self.robot, self.twin, self.specs = cell, robot, twin, specs
         self.scfg, self.options, self.table, self.settings = scfg, options, table, settings
         self.timer, self.log, self.progress, self.scene = timer, log, progress, scene
         self.footprints, self.final_values = footprints or {}, final_values
+        self.before_strike = before_strike
         self.ids = sorted({s.name.split('/')[1] for s in specs})
         self.priors = {oid: (0.2, 0.5, 1.0) for oid in self.ids}
         for s in specs:
@@ -382,7 +382,6 @@ class _StrikeRounds:
         self.friction = dict(self.priors)
         self.recs, self.previous, self.seen = [], {}, {}
         self.validation: _ValidationThread | None = None
-        self.before_strike = None
 
     def _say(self, stage: str, fraction: float) -> None:
         if self.progress is not None:
