@@ -200,8 +200,11 @@ def test_offline_from_bag_and_from_replayed_recapture(cell, first, tmp_path):
     topics = [f'/capture/{c}/{t}' for c in CAMERAS for t in (
         'color/image_raw', 'depth/image_rect_raw', 'color/camera_info', 'extrinsics')]
     topics += [cs.JOINT_STATES_TOPIC, cs.ROBOT_DESCRIPTION_TOPIC]
+    # delay_s: the player matching the node's subscriptions does not mean the node matched
+    # the player; each pass waits 1 s, so the node hears a pass's 4 joint_states (a capture
+    # that finished inside the first pass recorded none when it had not: 1 of 4 fresh runs).
     player = BagPlayer(node, first.capture.bag_path, topics=topics, loop=True,
-                       wait_for_subscribers_s=8.0)
+                       wait_for_subscribers_s=8.0, delay_s=1.0)
     playing = threading.Thread(target=player.play, daemon=True)
     try:
         playing.start()
@@ -215,7 +218,8 @@ def test_offline_from_bag_and_from_replayed_recapture(cell, first, tmp_path):
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
-    assert len(cs.load_capture_meta(again.manifest_path).joint_states) == 4
+    recorded = cs.load_capture_meta(again.manifest_path).joint_states
+    assert len(recorded) == 4, (tmp_path / 'replay_capture.log').read_text()[-2000:]
     replayed, _ = _reconstruct(again.manifest_path)
     assert replayed.error_code == 0, replayed.error_msg
     _same_scene(first.scene, replayed.scene)
