@@ -87,6 +87,25 @@ def test_strike_plan_keeps_objects_on_the_table_and_upright(robot):
     assert c.object_id == 'cylinder_0' and c.gentle and not b.gentle
     from real2sim2real_ros.core.sysid.object_probes import tip_energy_speed
     assert 0.15 <= c.speed <= 0.9 * tip_energy_speed(0.03 * 0.8, 0.08 * 0.6) + 1e-9
+    # A gentle strike sliding less than gentle_informative_slide at the estimate (here
+    # c.speed^2 / (2 0.5 g), ~9 mm, against 20 mm) waits for a probe that strikes nothing
+    # else: the box alone is struck, the cylinder is skipped with both figures; without the
+    # box, it is struck as before.
+    slide = c.speed ** 2 / (2 * 0.5 * 9.81)
+    assert slide < 0.02
+    fr = {o.id: (0.2, 0.5, 1.0) for o in objs}
+    cfg = StrikeConfig(gentle_strikes=True, gentle_informative_slide=0.02)
+    informative = plan_strike_probe(robot, objs, table, q0, fr, cfg)
+    assert [x.object_id for x in informative.strikes] == ['box_0']
+    why = informative.skipped['cylinder_0']
+    assert f'{1000 * slide:.1f} mm' in why and '20 mm' in why, why
+    (alone,) = plan_strike_probe(robot, [o for o in objs if o.id == 'cylinder_0'], table, q0,
+                                 fr, cfg).strikes
+    assert alone.gentle and alone.speed == pytest.approx(c.speed)
+    # At an estimate that slides it 20 mm or more, it is struck beside the box.
+    low = {**fr, 'cylinder_0': (0.2, 0.95 * c.speed ** 2 / (2 * 0.02 * 9.81), 1.0)}
+    both = plan_strike_probe(robot, objs, table, q0, low, cfg)
+    assert sorted(x.object_id for x in both.strikes) == ['box_0', 'cylinder_0']
     box = spec.object('box_0')
     rel = (s.heading - box.yaw) % np.pi
     assert min(rel, np.pi - rel) < 1e-6          # along the box's long axis

@@ -114,6 +114,12 @@ class StrikeConfig:
     # must already touch (the default arm's 15 mm ball meets the object ~9 mm later than a
     # tool_radius 0.02 flat tool would; measured: a 0.18 m/s strike never reached a 4 cm box)
     gentle_creep_extra: float = 0.02
+    # A gentle strike expected to slide less than this at the estimate is made only in a
+    # probe that strikes nothing else: the fit budgets 10% of the slide + 5 mm per strike
+    # along its path (ObjectFitOptions), so a 1 cm slide measures the friction to +-60%
+    # (1 sigma) a strike, and the default cell's cylinder came out at its bounds after
+    # three such strikes in every live run (docs/identification.md "Tall objects"). 0: off.
+    gentle_informative_slide: float = 0.0
 
     @classmethod
     def from_dict(cls, d: dict | None) -> StrikeConfig:
@@ -538,9 +544,9 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     if tip0[2] < safe_z - 0.02:
         raise ProbeError(f'the tool tip is {tip0[2]:.3f} m high at the probe start; strikes '
                          f'start from above the objects (>= {safe_z - 0.02:.3f} m)')
-    strikes, skipped = [], {}
+    strikes, skipped, deferred = [], {}, []
     q_seed = q_start
-    for obj in sorted(objects, key=lambda o: o.id):
+    for obj in _strike_order(objects, deferred, strikes):
         lo, est, hi = friction.get(obj.id, (0.2, 0.5, 1.0))
         others = [c for c in occupied if c.what != f'object {obj.id!r}']
         options, reasons = _strike_options(obj, table, others, cfg, ik, vlim, (lo, est, hi),
@@ -548,6 +554,12 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
         if not options:
             skipped[obj.id] = 'no safe strike (' + '; '.join(reasons[:4]) + ')'
             continue
+        if all(d is not obj for d in deferred) and (why := _uninformative(options, est,
+                                                                            cfg)):
+            deferred.append(obj)
+            skipped[obj.id] = why
+            continue
+        skipped.pop(obj.id, None)
         struck = np.atleast_1d(np.asarray(previous.get(obj.id, []), float))
         prev = float(struck[-1]) if struck.size else None
 
@@ -582,6 +594,29 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
                   np.array(build.vel), name)
     _check_probe(robot, probe, ik, table, vlim)
     return StrikePlan(probe, strikes, skipped)
+
+
+def _strike_order(objects, deferred: list, strikes: list):
+    """The objects by id; then, when none of them was struck, the ones ``deferred`` as
+    uninformative (:func:`_uninformative`): a generator, read after each object's turn."""
+    yield from sorted(objects, key=lambda o: o.id)
+    if not strikes:
+        yield from list(deferred)
+
+
+def _uninformative(options, mu_est: float, cfg) -> str:
+    """Why the object's strikes (``options``) are left to a probe that strikes nothing else:
+    each one gentle, sliding less than ``cfg.gentle_informative_slide`` at the estimate; ''
+    when one informs."""
+    limit = cfg.gentle_informative_slide
+    if limit <= 0 or not all(o.get('gentle') for o in options):
+        return ''
+    slide = max(o['speed'] for o in options) ** 2 / (2 * max(mu_est, 1e-3) * G)
+    if slide >= limit:
+        return ''
+    return (f'only a gentle strike is safe, sliding {1000 * slide:.1f} mm at friction '
+            f'{mu_est:.2f} (< {1000 * limit:.0f} mm: strike: gentle_informative_slide); made '
+            f'only in a probe that strikes nothing else')
 
 
 def _strike_options(obj, table, others, cfg, ik, vlim, friction, safe_z, q_seed):
