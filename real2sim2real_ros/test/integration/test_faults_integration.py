@@ -75,6 +75,18 @@ def _set(cmd, node, **values):
     assert all(r.successful for r in resp.results), resp.results
 
 
+def _first_frame(topic: str, timeout: float) -> None:
+    from sensor_msgs.msg import Image
+
+    from real2sim2real_ros.ros import qos
+    from real2sim2real_ros.ros.topic_listener import TopicListener
+    frames = TopicListener(Image, topic, qos.SENSOR_DATA)
+    try:
+        assert frames.wait_for(1, timeout), f'no {topic} frame within {timeout:.0f} s'
+    finally:
+        frames.close()
+
+
 def _kill(cell):
     pid = cell.pids()['emulated_cell']
     os.kill(pid, signal.SIGKILL)
@@ -88,6 +100,9 @@ def test_camera_topics_stop_mid_capture_is_a_camera_timeout(graph):
     cell = start_cell()
     try:
         cmd.joint_state(timeout=60)
+        # The camera streams before the goal: with the node's 2 s timeout, a fresh cell's
+        # first render (1.7 s after its start, under load) once came too late for view 1.
+        _first_frame('camera/color/image_raw', timeout=60)
         _set(cmd, 'camera_capture', timeout=2.0, view_interval=1.0)
         run_dir = tmp / 'capture_runs'
         first_view = threading.Event()

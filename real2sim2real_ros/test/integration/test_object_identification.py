@@ -45,6 +45,7 @@ from real2sim2real_ros.core.sysid.object_probes import (
     TableRegion,
     plan_strike_probe,
 )
+from real2sim2real_ros.core.sysid.probes import ProbeError
 from real2sim2real_ros.core.twin import Twin
 
 # An identified centre of mass offset within 2 sigma of the error its strikes share
@@ -88,9 +89,8 @@ def test_strike_plan_keeps_objects_on_the_table_and_upright(robot):
     from real2sim2real_ros.core.sysid.object_probes import tip_energy_speed
     assert 0.15 <= c.speed <= 0.9 * tip_energy_speed(0.03 * 0.8, 0.08 * 0.6) + 1e-9
     # A gentle strike sliding less than gentle_informative_slide at the estimate (here
-    # c.speed^2 / (2 0.5 g), ~9 mm, against 20 mm) waits for a probe that strikes nothing
-    # else: the box alone is struck, the cylinder is skipped with both figures; without the
-    # box, it is struck as before.
+    # c.speed^2 / (2 0.5 g), ~9 mm, against 20 mm) waits: the box alone is struck, the
+    # cylinder is skipped with both figures; alone, it is struck as before.
     slide = c.speed ** 2 / (2 * 0.5 * 9.81)
     assert slide < 0.02
     fr = {o.id: (0.2, 0.5, 1.0) for o in objs}
@@ -106,6 +106,16 @@ def test_strike_plan_keeps_objects_on_the_table_and_upright(robot):
     low = {**fr, 'cylinder_0': (0.2, 0.95 * c.speed ** 2 / (2 * 0.02 * 9.81), 1.0)}
     both = plan_strike_probe(robot, objs, table, q0, low, cfg)
     assert sorted(x.object_id for x in both.strikes) == ['box_0', 'cylinder_0']
+    # Where the box has no room (at rest 0.12 m from the table's edge, as live after two
+    # strikes): the first probe strikes the cylinder; a later one stops the strikes.
+    edge = strike_objects(twin, {**poses, 'box_0': ((0.783, 0.173, poses['box_0'][0][2]),
+                                                    np.radians(2.0))})
+    first = plan_strike_probe(robot, edge, table, q0, fr, cfg)
+    assert [x.object_id for x in first.strikes] == ['cylinder_0']
+    assert 'no safe strike' in first.skipped['box_0']
+    with pytest.raises(ProbeError, match='gentle_informative_slide'):
+        plan_strike_probe(robot, edge, table, q0, fr, cfg,
+                          previous={'box_0': [np.radians(20.0)]})
     box = spec.object('box_0')
     rel = (s.heading - box.yaw) % np.pi
     assert min(rel, np.pi - rel) < 1e-6          # along the box's long axis

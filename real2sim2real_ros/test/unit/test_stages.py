@@ -220,6 +220,48 @@ def test_strike_loop_stops_on_a_lost_object_and_names_it(robot):
         twin.close()
 
 
+def test_strikes_that_stop_early_cancel_the_validation_fit(robot):
+    """n = 3 strikes, but the third finds no safe strike (the box rests 0.12 m from the
+    table's edge): the strikes stop after two, and the validation fit started for a third
+    (on both) is cancelled, not waited for: fit_and_write makes the one on the first."""
+    from real2sim2real_ros.bench.object_id_bench import scene_xml
+    spec = load_cell_spec(default_cell_spec_path())
+    conf = load_identification_config(identification_config_path())
+    box = spec.object('box_0')
+    logged = []
+
+    class Edge:
+        def __init__(self):
+            self.n = 0
+
+        def tracked_poses(self, ids):
+            self.n += 1
+            xy = box.xyz[:2] if self.n < 3 else (0.783, 0.173)
+            return {'box_0': (np.array([*xy, box.size[2] / 2]), box.yaw if self.n < 3
+                              else np.radians(2.0))}
+
+        def current_positions(self):
+            return np.asarray(spec.robot.initial_positions)
+
+        def strike(self, plan, index, info):
+            return _empty_strike(plan, index)
+
+    with tempfile.TemporaryDirectory() as d:
+        scene = Path(d) / 'scene.xml'
+        scene.write_text(scene_xml(spec))
+        twin, specs, _ = ident.object_setup(robot, conf, str(scene), object_ids=['box_0'])
+        timer = ident.StageTimer()
+        done = ident.run_strikes(Edge(), robot, twin, specs, conf, 3,
+                                 settings=ident.FitSettings(nthread=1), values=conf.known,
+                                 timer=timer, log=logged.append,
+                                 final_values=lambda: dict(conf.known))
+        twin.close()
+    assert len(done.recordings) == 2 and done.validation is None
+    assert any('strike probe 2' in m and 'stopping strikes' in m for m in logged), logged
+    assert timer.counts['strike_probes'] == 2
+    assert 'object_fit_validation_wait' not in timer.counts
+
+
 def _empty_strike(plan, index):
     from real2sim2real_ros.core.sysid.fit import Recording
     from real2sim2real_ros.core.sysid.object_fit import StrikeRecording

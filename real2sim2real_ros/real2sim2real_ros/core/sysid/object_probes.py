@@ -114,11 +114,13 @@ class StrikeConfig:
     # must already touch (the default arm's 15 mm ball meets the object ~9 mm later than a
     # tool_radius 0.02 flat tool would; measured: a 0.18 m/s strike never reached a 4 cm box)
     gentle_creep_extra: float = 0.02
-    # A gentle strike expected to slide less than this at the estimate is made only in a
-    # probe that strikes nothing else: the fit budgets 10% of the slide + 5 mm per strike
-    # along its path (ObjectFitOptions), so a 1 cm slide measures the friction to +-60%
-    # (1 sigma) a strike, and the default cell's cylinder came out at its bounds after
-    # three such strikes in every live run (docs/identification.md "Tall objects"). 0: off.
+    # A gentle strike expected to slide less than this at the estimate waits: it is made
+    # only where nothing else is struck and either no strike has been made yet or every
+    # object waits (a cell of such objects); where another object only lacks room, the
+    # strikes stop. The fit budgets 10% of the slide + 5 mm per strike along its path
+    # (ObjectFitOptions), so a 1 cm slide measures the friction to +-60% (1 sigma) a
+    # strike, and the default cell's cylinder kept its prior interval after three such
+    # strikes in every live run (docs/identification.md "Tall objects"). 0: off.
     gentle_informative_slide: float = 0.0
 
     @classmethod
@@ -519,8 +521,9 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     one prefers an axis of the box not struck yet (a push along one axis bends the path by
     the centre of mass offset across it only: strikes back and forth along one axis leave
     the other offset unobservable), then the heading opposite the last (the object comes
-    back). Objects not struck are in ``skipped``. Raises ProbeError when no object can be
-    struck.
+    back). A gentle strike too short to inform (``cfg.gentle_informative_slide``) waits
+    (:func:`_strike_order`). Objects not struck are in ``skipped``. Raises ProbeError when
+    no object is struck.
     """
     cfg = fingers_as_tool(robot, cfg or StrikeConfig())
     previous = previous or {}
@@ -546,7 +549,7 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
                          f'start from above the objects (>= {safe_z - 0.02:.3f} m)')
     strikes, skipped, deferred = [], {}, []
     q_seed = q_start
-    for obj in _strike_order(objects, deferred, strikes):
+    for obj in _strike_order(objects, deferred, strikes, not previous):
         lo, est, hi = friction.get(obj.id, (0.2, 0.5, 1.0))
         others = [c for c in occupied if c.what != f'object {obj.id!r}']
         options, reasons = _strike_options(obj, table, others, cfg, ik, vlim, (lo, est, hi),
@@ -596,11 +599,15 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
     return StrikePlan(probe, strikes, skipped)
 
 
-def _strike_order(objects, deferred: list, strikes: list):
-    """The objects by id; then, when none of them was struck, the ones ``deferred`` as
-    uninformative (:func:`_uninformative`): a generator, read after each object's turn."""
+def _strike_order(objects, deferred: list, strikes: list, first: bool):
+    """The objects by id; then the ones ``deferred`` as uninformative (:func:`_uninformative`)
+    when none was struck and either this is the ``first`` probe (identification needs a
+    strike) or every object was deferred (a cell of such objects only): a generator, read
+    after each object's turn. Where another object only lacks room now, the strikes stop
+    instead (a probe of uninformative strikes costs its motion and would be the held-out
+    one)."""
     yield from sorted(objects, key=lambda o: o.id)
-    if not strikes:
+    if not strikes and (first or len(deferred) == len(objects)):
         yield from list(deferred)
 
 
@@ -616,7 +623,7 @@ def _uninformative(options, mu_est: float, cfg) -> str:
         return ''
     return (f'only a gentle strike is safe, sliding {1000 * slide:.1f} mm at friction '
             f'{mu_est:.2f} (< {1000 * limit:.0f} mm: strike: gentle_informative_slide); made '
-            f'only in a probe that strikes nothing else')
+            f'only where nothing else can be struck')
 
 
 def _strike_options(obj, table, others, cfg, ik, vlim, friction, safe_z, q_seed):

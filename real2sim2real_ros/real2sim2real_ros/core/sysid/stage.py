@@ -357,10 +357,13 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             run.validation.cancel()
             run.validation.join()
         raise
-    validation = run.validation.result() if run.validation is not None else None
-    # Struck fewer times than planned: fit_objects finds the validation is not on the
-    # strikes but the last, and makes its own.
-    return Strikes(run.recs, validation)
+    if run.validation is not None and len(run.recs) < n:
+        # Struck fewer times than planned: the validation is not on every strike but the
+        # last; fit_objects makes the right one (waiting for this one would be wasted).
+        run.validation.cancel()
+        run.validation.join()
+        return Strikes(run.recs, None)
+    return Strikes(run.recs, run.validation.result() if run.validation is not None else None)
 
 
 class _StrikeRounds:
