@@ -418,6 +418,41 @@ ESTOP_HOLD_BOUND = 0.3       # s, stop call -> stop ramp published
 ESTOP_STILL_BOUND = 0.5      # s, stop call -> measured joint speeds < 0.05 rad/s
 
 
+def _pushing(cmd, ckpt, object_tracker, states, run: int, attempts: int = 3):
+    """Start the push policy (armed, the box reset) and return (worker, {'result'}) once it
+    pushes (past the approach) with the arm measured moving (> 0.1 rad/s). An episode the
+    executor ended before that for a step over a joint's speed limit (its path check,
+    working: once in a loaded suite run, 3.23 rad/s asked of the elbow at step 14) is started
+    again, at most ``attempts`` times in all; any other early end fails."""
+    for attempt in range(attempts):
+        _armed(cmd)
+        assert cmd.reset_objects([BOX]).success
+        time.sleep(0.5)
+        xy = object_tracker.pose()[0]
+        out, feedback = {}, []
+        worker = threading.Thread(target=lambda out=out, feedback=feedback, xy=xy:
+                                  out.setdefault('result', cmd.execute_policy(
+                                      ckpt, list(xy + [0.1, 0.0]), max_duration=30,
+                                      feedback=feedback.append, timeout=60)))
+        worker.start()
+        deadline = time.monotonic() + 30
+        while not (feedback and feedback[-1].step >= 3 and max(_smoothed_speeds(
+                states.snapshot()[-3:])) > 0.1):
+            if not worker.is_alive():
+                break
+            assert time.monotonic() < deadline, \
+                f'run {run}: the policy never moved the arm at > 0.1 rad/s: {out}'
+            time.sleep(0.01)
+        else:
+            return worker, out
+        worker.join(timeout=5)
+        msg = out['result'].error_msg if 'result' in out else ''
+        assert 'over the limit' in msg and attempt < attempts - 1, \
+            f'run {run}: the policy ended before it moved the arm at > 0.1 rad/s: {out}'
+        print(f'run {run}, attempt {attempt}: {msg}; started again')
+    raise AssertionError('unreachable')
+
+
 def test_estop_mid_policy_holds_within_the_measured_bound_and_disarms(
         graph, robot, object_tracker, tmp_path):
     """Issue 17 fault: ~/stop while execute_policy pushes the box (a constant 8 cm/s tip
@@ -442,23 +477,7 @@ def test_estop_mid_policy_holds_within_the_measured_bound_and_disarms(
         assert states.wait_for(20, timeout=10)
         assert commands.wait_for_publishers(1, timeout=10)
         for run in range(ESTOP_RUNS):
-            _armed(cmd)
-            assert cmd.reset_objects([BOX]).success
-            time.sleep(0.5)
-            xy = object_tracker.pose()[0]
-            out, feedback = {}, []
-            worker = threading.Thread(target=lambda out=out, feedback=feedback, xy=xy:
-                                      out.setdefault('result', cmd.execute_policy(
-                                          ckpt, list(xy + [0.1, 0.0]), max_duration=30,
-                                          feedback=feedback.append, timeout=60)))
-            worker.start()
-            deadline = time.monotonic() + 30
-            # Pushing (past the approach) and the arm measured moving (> 0.1 rad/s).
-            while not (feedback and feedback[-1].step >= 3 and max(_smoothed_speeds(
-                    states.snapshot()[-3:])) > 0.1):
-                assert time.monotonic() < deadline and worker.is_alive(), \
-                    f'run {run}: the policy never moved the arm at > 0.1 rad/s: {out}'
-                time.sleep(0.01)
+            worker, out = _pushing(cmd, ckpt, object_tracker, states, run)
             t_call = time.monotonic()
             resp = cmd.stop()
             worker.join(timeout=30)

@@ -114,13 +114,15 @@ def test_live_strikes_identify_the_box_friction(live):
     assert objects['heldout_joint_after'] < objects['heldout_joint_before']
     # The stage's profile (core/sysid/stage.py): the probes' motion, the fits, twin builds
     # (one arm twin, one for the strikes, a fresh one each for the objects' validation fit,
-    # beside the last strike, and their final fit: none per strike). No fit made twice.
+    # beside the last strike, and their final fit: none per strike; strikes that stop
+    # after two cancel the validation begun for a third, and the final fit's is made on
+    # the first: one more). No fit made twice.
     prof = manifest['results']['profile']
     print('identify profile (s): ' + ', '.join(f'{k} {v:.1f}'
                                                 for k, v in prof['seconds'].items()))
     assert {'arm_probes', 'strike_probes', 'arm_fit', 'object_fit', 'twin_builds',
             'report'} <= set(prof['seconds'])
-    assert prof['counts']['twin_builds'] == 4
+    assert prof['counts']['twin_builds'] == (4 if len(inputs['strike_bags']) == 3 else 5)
     if len(inputs['strike_bags']) == 3:     # as planned (a third strike may find no room)
         # two planning fits (friction only) between the strikes, the validation beside the
         # last strike (the stage waits for it only where it outlasts that strike)
