@@ -45,10 +45,11 @@ from .bags import MissingTopicsError
 
 STAGE = 'identify'
 
-__all__ = ['ArmFit', 'ArmFitCancelled', 'FitSettings', 'ProbeExecutionError', 'StageOutput',
-           'StageTimer', 'StrikeCell', 'Strikes', 'Validation', 'arm_probes', 'arm_twin',
-           'arm_values', 'cancel_on_error', 'fit_and_write', 'mean_tracked_poses',
-           'object_setup', 'probe_counts', 'run_strikes', 'split_offline_bags', 'validation_fit']
+__all__ = ['ArmFit', 'ArmFitCancelled', 'BackgroundFit', 'FitCancelled', 'FitSettings',
+           'ProbeExecutionError', 'StageOutput', 'StageTimer', 'StrikeCell', 'Strikes',
+           'Validation', 'arm_probes', 'arm_twin', 'arm_values', 'cancel_on_error',
+           'fit_and_write', 'mean_tracked_poses', 'object_setup', 'probe_counts', 'run_strikes',
+           'split_offline_bags', 'validation_fit']
 
 
 class ProbeExecutionError(RuntimeError):
@@ -122,24 +123,89 @@ def arm_twin(robot, config, arm_specs, settings: FitSettings | None = None,
     return twin
 
 
-class ArmFitCancelled(RuntimeError):
+class FitCancelled(RuntimeError):
+    """A fit on a thread (:class:`BackgroundFit`) was cancelled before it finished."""
+
+
+class ArmFitCancelled(FitCancelled):
     """The arm fit was cancelled (:meth:`ArmFit.cancel`) before it finished."""
 
 
-class ArmFit:
-    """The arm fit of ``recs`` on ``twin`` (:func:`arm_twin`), started on a thread at once:
-    :meth:`result` waits for it (the stage's ``arm_fit_wait``) and re-raises what it raised.
-
-    ``strikes_follow``: strike probes will score the arm (every arm probe is fitted); else
-    the last arm probe is held out. The thread runs at a lower CPU priority (nice +5 where
-    the OS allows it) than the thread that drives the strikes, and its MuJoCo rollout
-    workers inherit that. ``background=False`` runs the fit in :meth:`result` instead (the
-    same code path, for callers that have nothing to overlap it with); ``progress(stage,
-    fraction, residual)`` is called from the fitting thread. The same thread renders the
-    arm's report (:attr:`report`, PNG bytes of core/sysid/report.render_report on
-    :attr:`shown`; the stage's ``arm_report``), so the stage only writes it."""
+class BackgroundFit:
+    """A fit that runs on its own thread beside the probes (or in line), one pattern for the
+    arm fit and the objects' validation fit: :meth:`_work` (a subclass's) runs on a thread
+    at nice +``NICE`` (where the OS allows it; its MuJoCo rollout workers inherit it), what
+    it raises is kept and re-raised by :meth:`_outcome`; :meth:`cancel` makes its next
+    :meth:`_check` raise ``cancelled``; ``background=False``: :meth:`_outcome` runs it in
+    line instead (the same code path)."""
 
     NICE = 5
+    cancelled = FitCancelled
+    what = 'the fit'
+
+    def _start(self, name: str, background: bool) -> None:
+        self._cancel = threading.Event()
+        self._error: BaseException | None = None
+        self._thread, self._done = None, False
+        if background:
+            self._thread = threading.Thread(target=self._main, args=(True,), name=name,
+                                            daemon=True)
+            self._thread.start()
+
+    def _work(self) -> None:
+        raise NotImplementedError
+
+    def _main(self, lower_priority: bool = False) -> None:
+        if lower_priority:
+            _lower_priority(self.NICE)
+        try:
+            self._work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of _outcome()
+            self._error = exc
+        finally:
+            self._done = True
+
+    def _check(self) -> None:
+        if self._cancel.is_set():
+            raise self.cancelled(f'{self.what} was cancelled')
+
+    def cancel(self) -> None:
+        """Stop the fit at its next checkpoint: the stage failed (or changed its plan) before
+        it needed the result. The thread ends on its own (:meth:`join` waits for it)."""
+        self._cancel.set()
+
+    def join(self) -> None:
+        """Wait for the thread (a cancelled one ends at its next checkpoint)."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def _outcome(self, timer, wait: str) -> None:
+        """Run the fit in line, or wait for its thread (timed as ``wait``); raise what it
+        raised."""
+        if self._thread is None:
+            if not self._done:
+                self._main()
+        else:
+            with timer(wait):
+                self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+class ArmFit(BackgroundFit):
+    """The arm fit of ``recs`` on ``twin`` (:func:`arm_twin`), started on a thread at once
+    (:class:`BackgroundFit`): :meth:`result` waits for it (the stage's ``arm_fit_wait``)
+    and re-raises what it raised.
+
+    ``strikes_follow``: strike probes will score the arm (every arm probe is fitted); else
+    the last arm probe is held out. The thread runs at a lower CPU priority than the thread
+    that drives the strikes. ``background=False`` runs the fit in :meth:`result` instead;
+    ``progress(stage, fraction, residual)`` is called from the fitting thread. The same
+    thread renders the arm's report (:attr:`report`, PNG bytes of
+    core/sysid/report.render_report on :attr:`shown`; the stage's ``arm_report``), so the
+    stage only writes it. :meth:`cancel` stops it after the regression or the polish."""
+
+    cancelled, what = ArmFitCancelled, 'the arm fit'
 
     def __init__(self, twin, arm_specs, recs, *, strikes_follow: bool,
                  settings: FitSettings | None = None, timer: StageTimer | None = None,
@@ -156,60 +222,34 @@ class ArmFit:
         if len(recs) > 1 and not strikes_follow:
             self.fit_recs, self.heldout = recs[:-1], recs[-1:]
         self.fit, self._progress, self.report = None, progress, b''
-        self._cancel = threading.Event()
-        self._error: BaseException | None = None
-        self._thread, self._done = None, False
-        if background:
-            self._thread = threading.Thread(target=self._run, args=(True,),
-                                            name='arm_fit', daemon=True)
-            self._thread.start()
+        self._start('arm_fit', background)
 
     @property
     def shown(self):
         """The recording the report shows: the held-out probe, else the last fitted."""
         return (self.heldout or self.fit_recs)[-1]
 
-    def _run(self, lower_priority: bool = False) -> None:
+    def _work(self) -> None:
         from .fit import identify
         from .report import render_report
-        if lower_priority:
-            _lower_priority(self.NICE)
-        try:
-            with self.timer('arm_fit'):
-                s = self.settings
-                self.fit = identify(self.twin, self.specs, self.fit_recs,
-                                    heldout=self.heldout, nthread=s.nthread,
-                                    max_iter=s.max_iter, restarts=s.restarts, method=s.method,
-                                    progress=self._checkpoint)
-            with self.timer('arm_report'):
-                self.report = render_report(self.twin, self.fit, self.shown,
-                                            {p.name: p.prior for p in self.specs})
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
-            self._error = exc
-        finally:
-            self._done = True
+        with self.timer('arm_fit'):
+            s = self.settings
+            self.fit = identify(self.twin, self.specs, self.fit_recs,
+                                heldout=self.heldout, nthread=s.nthread,
+                                max_iter=s.max_iter, restarts=s.restarts, method=s.method,
+                                progress=self._checkpoint)
+        with self.timer('arm_report'):
+            self.report = render_report(self.twin, self.fit, self.shown,
+                                        {p.name: p.prior for p in self.specs})
 
     def _checkpoint(self, stage, fraction, residual) -> None:
-        if self._cancel.is_set():
-            raise ArmFitCancelled('the arm fit was cancelled')
+        self._check()
         if self._progress is not None:
             self._progress(stage, fraction, residual)
 
-    def cancel(self) -> None:
-        """Stop the fit at its next checkpoint (after the regression, after the polish): the
-        stage failed before it needed the result. The thread ends on its own."""
-        self._cancel.set()
-
     def result(self):
         """The FitResult (waits for the thread; raises what the fit raised)."""
-        if self._thread is None:
-            if not self._done:
-                self._run()
-        else:
-            with self.timer('arm_fit_wait'):
-                self._thread.join()
-        if self._error is not None:
-            raise self._error
+        self._outcome(self.timer, 'arm_fit_wait')
         return self.fit
 
 
@@ -494,59 +534,43 @@ def _friction_update(friction: dict, fit, specs, priors: dict) -> None:
                              else (lo, e.value, hi))
 
 
-class _ValidationThread:
+class ObjectFitCancelled(FitCancelled):
+    """The objects' validation fit was cancelled (the strikes failed or stopped early)."""
+
+
+class _ValidationThread(BackgroundFit):
     """The :class:`Validation` fit on ``recs`` with the arm's final values
     (``final_values()``, which may wait for the arm fit) on a thread at nice +5, beside the
-    last strike. :meth:`result`: the Validation, None (logged) when none of its strikes is
-    usable or it was cancelled; raises what the fit raised otherwise."""
+    last strike (:class:`BackgroundFit`). :meth:`result`: the Validation, None (logged) when
+    none of its strikes is usable or it was cancelled; raises what the fit raised otherwise.
+    :meth:`cancel` stops it at its next object."""
 
-    NICE = 5
+    cancelled, what = ObjectFitCancelled, "the objects' validation fit"
 
     def __init__(self, robot, scene, specs, options, recs, settings, final_values, timer, log):
         self._args = (robot, scene, specs, options, recs, settings)
         self._final_values, self._timer, self._log = final_values, timer, log
-        self._cancel = threading.Event()
-        self._value, self._error = None, None
-        self._thread = threading.Thread(target=self._run, name='object_validation_fit',
-                                        daemon=True)
-        self._thread.start()
+        self._value = None
+        self._start('object_validation_fit', True)
 
-    def _run(self) -> None:
-        _lower_priority(self.NICE)
+    def _work(self) -> None:
         robot, scene, specs, options, recs, settings = self._args
         try:
             values = self._final_values()
             with self._timer('object_fit_validation'):
                 fit = validation_fit(robot, scene, specs, options, recs, settings=settings,
                                      values=values, timer=self._timer,
-                                     progress=self._checkpoint)
+                                     progress=lambda *_a: self._check())
             self._value = Validation(fit, tuple(x.name for x in recs), values)
         except ValueError as exc:
             self._log(f'validation object fit: {exc}')
-        except ArmFitCancelled:
+        except FitCancelled:
             pass
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
-            self._error = exc
-
-    def _checkpoint(self, *_args) -> None:
-        if self._cancel.is_set():
-            raise ArmFitCancelled('the objects\' validation fit was cancelled')
-
-    def cancel(self) -> None:
-        """Stop the fit at its next object (the strikes failed)."""
-        self._cancel.set()
-
-    def join(self) -> None:
-        """Wait for the thread (it ends at its next object once cancelled)."""
-        self._thread.join()
 
     def result(self):
         """The Validation (waits for the thread; the wait is the stage's
         ``object_fit_validation_wait``)."""
-        with self._timer('object_fit_validation_wait'):
-            self._thread.join()
-        if self._error is not None:
-            raise self._error
+        self._outcome(self._timer, 'object_fit_validation_wait')
         return self._value
 
 
