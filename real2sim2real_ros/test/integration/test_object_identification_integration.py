@@ -70,9 +70,9 @@ def test_live_strikes_identify_the_box_friction(live):
     assert abs(f.value - mu) <= (0.10 if pinned else 0.25) * mu, (f.value, pinned)
     # The default cylinder (8 cm tall on a 6 cm base) could topple at the prior's friction
     # bound: only a gentle strike is safe, and it slides ~9 mm at the prior, under
-    # gentle_informative_slide, so it is struck only in a probe that cannot strike the box
-    # (docs/identification.md, "Tall objects"). Its interval covers the truth; a claimed
-    # value within 10%.
+    # gentle_informative_slide, so it waits: struck only in a first probe that cannot strike
+    # the box (docs/identification.md, "Tall objects"). Its interval covers the truth; a
+    # claimed value within 10%.
     c, mu_c = est['geom/cylinder_0/friction'], truth['geom/cylinder_0/friction']
     print(f'cylinder friction {c.value:.3f} [{c.lower_95:.3f}, {c.upper_95:.3f}] (truth '
           f'{mu_c}), identified {c.identified}')
@@ -104,8 +104,8 @@ def test_live_strikes_identify_the_box_friction(live):
     # come to rest where no strike is safe (seen in CI: 0.13 m from the table edge, the
     # way back out of reach), and says so; two strikes still fit one, score the other.
     assert len(inputs['arm_bags']) == 2 and 2 <= len(inputs['strike_bags']) <= 3
-    # One object a probe: the box, or the cylinder where the box had no safe strike (a
-    # strike the fit could not use is among 'dropped', with why).
+    # One object a probe: the box (the cylinder only in a first probe without a safe box
+    # strike; a strike the fit could not use is among 'dropped', with why).
     struck = {oid: per_object.get(oid, {}).get('strikes', 0) for oid in ('box_0', 'cylinder_0')}
     dropped = manifest['results']['objects']['dropped']
     assert struck['box_0'] >= 1, (struck, dropped)

@@ -549,20 +549,21 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
                          f'start from above the objects (>= {safe_z - 0.02:.3f} m)')
     strikes, skipped, deferred = [], {}, []
     q_seed = q_start
-    for obj in _strike_order(objects, deferred, strikes, not previous):
+    for obj, options in _strike_order(objects, deferred, strikes, not previous):
         lo, est, hi = friction.get(obj.id, (0.2, 0.5, 1.0))
-        others = [c for c in occupied if c.what != f'object {obj.id!r}']
-        options, reasons = _strike_options(obj, table, others, cfg, ik, vlim, (lo, est, hi),
-                                           safe_z, q_seed)
-        if not options:
-            skipped[obj.id] = 'no safe strike (' + '; '.join(reasons[:4]) + ')'
-            continue
-        if all(d is not obj for d in deferred) and (why := _uninformative(options, est,
-                                                                            cfg)):
-            deferred.append(obj)
-            skipped[obj.id] = why
-            continue
-        skipped.pop(obj.id, None)
+        if options is None:
+            others = [c for c in occupied if c.what != f'object {obj.id!r}']
+            options, reasons = _strike_options(obj, table, others, cfg, ik, vlim,
+                                               (lo, est, hi), safe_z, q_seed)
+            if not options:
+                skipped[obj.id] = 'no safe strike (' + '; '.join(reasons[:4]) + ')'
+                continue
+            if why := _uninformative(options, est, cfg):
+                deferred.append((obj, options))
+                skipped[obj.id] = why
+                continue
+        else:
+            del skipped[obj.id]          # a deferred one, struck after all
         struck = np.atleast_1d(np.asarray(previous.get(obj.id, []), float))
         prev = float(struck[-1]) if struck.size else None
 
@@ -600,21 +601,23 @@ def plan_strike_probe(robot, objects: list[StrikeObject], table: TableRegion, q_
 
 
 def _strike_order(objects, deferred: list, strikes: list, first: bool):
-    """The objects by id; then the ones ``deferred`` as uninformative (:func:`_uninformative`)
-    when none was struck and either this is the ``first`` probe (identification needs a
-    strike) or every object was deferred (a cell of such objects only): a generator, read
-    after each object's turn. Where another object only lacks room now, the strikes stop
-    instead (a probe of uninformative strikes costs its motion and would be the held-out
-    one)."""
-    yield from sorted(objects, key=lambda o: o.id)
+    """(object, None) for the objects by id; then (object, its strike options) for the ones
+    ``deferred`` as uninformative (:func:`_uninformative`, with the options it judged: nothing
+    was struck, so the plan's state is the same) when none was struck and either this is the
+    ``first`` probe (identification needs a strike) or every object was deferred (a cell of
+    such objects only): a generator, read after each object's turn. Where another object
+    only lacks room now, the strikes stop instead (a probe of uninformative strikes costs
+    its motion and would be the held-out one)."""
+    for obj in sorted(objects, key=lambda o: o.id):
+        yield obj, None
     if not strikes and (first or len(deferred) == len(objects)):
         yield from list(deferred)
 
 
 def _uninformative(options, mu_est: float, cfg) -> str:
-    """Why the object's strikes (``options``) are left to a probe that strikes nothing else:
-    each one gentle, sliding less than ``cfg.gentle_informative_slide`` at the estimate; ''
-    when one informs."""
+    """Why the object's strikes (``options``) wait (:func:`_strike_order`): each one gentle,
+    sliding less than ``cfg.gentle_informative_slide`` at the estimate; '' when one
+    informs."""
     limit = cfg.gentle_informative_slide
     if limit <= 0 or not all(o.get('gentle') for o in options):
         return ''

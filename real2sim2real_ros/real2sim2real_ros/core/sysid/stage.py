@@ -171,11 +171,13 @@ class BackgroundFit:
 
     def cancel(self) -> None:
         """Stop the fit at its next checkpoint: the stage failed (or changed its plan) before
-        it needed the result. The thread ends on its own (:meth:`join` waits for it)."""
+        it needed the result. The thread ends on its own (:meth:`abandon` waits for it)."""
         self._cancel.set()
 
-    def join(self) -> None:
-        """Wait for the thread (a cancelled one ends at its next checkpoint)."""
+    def abandon(self) -> None:
+        """Cancel the fit and wait for its thread to end (at its next checkpoint): no
+        thread outlives the stage that started it."""
+        self.cancel()
         if self._thread is not None:
             self._thread.join()
 
@@ -393,15 +395,13 @@ def run_strikes(cell: StrikeCell, robot, twin, specs, config, n: int, *,
             if r < n - 1:
                 run.plan_next(r, n)
     except BaseException:
-        if run.validation is not None:     # no thread outlives the stage
-            run.validation.cancel()
-            run.validation.join()
+        if run.validation is not None:
+            run.validation.abandon()
         raise
     if run.validation is not None and len(run.recs) < n:
         # Struck fewer times than planned: the validation is not on every strike but the
         # last; fit_objects makes the right one (waiting for this one would be wasted).
-        run.validation.cancel()
-        run.validation.join()
+        run.validation.abandon()
         return Strikes(run.recs, None)
     return Strikes(run.recs, run.validation.result() if run.validation is not None else None)
 
