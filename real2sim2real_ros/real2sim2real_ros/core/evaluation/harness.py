@@ -589,12 +589,14 @@ def heldout_criterion(before: float, after: float, floor: float | None,
     ``HELDOUT_FLOOR_FACTOR`` x the error of the twin with the object's true values on the
     same strike (the floor: tracking noise and arm model error no identification removes).
 
-    ``observable_floor``: the same with the true values of what the strikes can observe
-    only, the rest at its prior (a cylinder's centre of mass offsets: no view shows its
-    yaw, so no identification from tracked positions can place them). Where given and
-    different it replaces the floor (issue 14's criterion names the true values; wide_3's
-    cylinder is the case: docs/results.md, stop 37), and 'pass_true_floor' keeps the verdict
-    of the issue's criterion as written. ``resolution``: the tracker's displacement error
+    ``observable_floor``: the same with the true values of what the fitted strikes can
+    observe only, the rest at its prior (core/sysid/object_fit.unobservable_at_prior): a
+    cylinder's centre of mass offsets, since no view shows its yaw, and a box's offset that
+    no fitted strike pushed across (a fold that holds out a box's only strike across one
+    axis: wide_9). Where given and different it replaces the floor (issue 14's criterion
+    names the true values; wide_3's cylinder and wide_9's box are the cases: docs/results.md,
+    stops 37 and 44), and 'pass_true_floor' keeps the verdict of the issue's criterion as
+    written. ``resolution``: the tracker's displacement error
     that a perfect twin would show 95 times in 100 (:func:`tracker_resolution`, over the
     evaluation's strikes); an error at most that passes too ('resolution': the prior being
     right already, as wide_5's friction 0.5 for 0.502, leaves identification nothing a

@@ -20,7 +20,9 @@ samples), until the object has stopped. Per object (``geom/<id>/friction``,
 * a box's lateral centre of mass offsets (``body/<id>/com_offset_x|y``, in its frame), from the
   cross-track positions (an offset across the push turns the box and bends its path), with a
   per-strike budget ``cross_model_error``. A cylinder's yaw is not tracked: its offsets keep
-  the prior;
+  the prior. So does an offset no strike pushed across (:func:`observed_offsets`: a push
+  along an offset's axis does not bend the path, so strikes along one axis of a box show
+  the other offset only);
 * friction again, given the mass and the offsets.
 
 Search: each parameter on its own (the others fixed) by batched grids (log-spaced over the
@@ -64,8 +66,9 @@ from .object_probes import StrikeInfo, StrikeObject, TableRegion
 
 __all__ = ['ObjectDataError', 'ObjectFitOptions', 'ObjectFitResult', 'ObjectTrack',
            'StrikeRecording', 'ensure_object_priority', 'final_object_fits', 'identify_objects',
-           'object_frame_yaw', 'object_parameter_names', 'offset_identified', 'rest_spread',
-           'score_heldout', 'strike_objects', 'table_region', 'unobservable_at_prior']
+           'object_frame_yaw', 'object_parameter_names', 'observed_offsets', 'offset_identified',
+           'rest_spread', 'score_heldout', 'strike_objects', 'table_region',
+           'unobservable_at_prior']
 
 G = 9.81
 BOUND_TOLERANCE = 0.01   # an estimate this near a bound (1% of it, or of the width) is pinned
@@ -180,6 +183,9 @@ class ObjectFitResult:
     # offsets: its yaw is not tracked) at their priors: what a perfect identification of the
     # observable parameters reaches. Equal to heldout_error_reference when all are observable
     heldout_error_observable: float = float('nan')
+    # the centre of mass offsets the fitted strikes can show (:func:`observed_offsets`); the
+    # others kept their priors, and keep them in heldout_error_observable's twin
+    observed_offsets: frozenset = frozenset()
 
 
 # ------------------------------------------------------------------ scene helpers
@@ -211,19 +217,50 @@ def object_frame_yaw(twin: Twin, object_id: str) -> float:
     return quat_yaw(data.xquat[body])
 
 
-def unobservable_at_prior(twin: Twin, values: dict, priors: dict) -> dict:
-    """``values`` with what no strike can observe set to its prior (``priors``; absent
-    there: 0): a cylinder's centre of mass offsets, since its yaw is not tracked (the fit
-    keeps them at the prior). What a perfect identification of the observable parameters
-    gives."""
+def unobservable_at_prior(twin: Twin, values: dict, priors: dict,
+                          observed: frozenset | None = None) -> dict:
+    """``values`` with what the fit's strikes cannot observe set to its prior (``priors``;
+    absent there: 0): a cylinder's centre of mass offsets, since its yaw is not tracked, and
+    where ``observed`` (:func:`observed_offsets` of the fitted strikes) is given, every offset
+    outside it (the fit keeps all of them at the prior). What a perfect identification of the
+    observable parameters gives."""
     out = dict(values)
     for name in values:
         if '/com_offset_' not in name:
             continue
         oid = name.split('/')[1]
-        if oid in twin.object_ids and not _is_box(twin, oid):
+        if oid not in twin.object_ids:
+            continue
+        if not _is_box(twin, oid) or (observed is not None and name not in observed):
             out[name] = priors.get(name, 0.0)
     return out
+
+
+# A push shows a centre of mass offset by the torque that offset makes about the push line:
+# in proportion to |sin| of the angle between the push and the offset's axis. At or above
+# this, the strike counts as showing it (a box's face-normal pushes give 1 or 0).
+OFFSET_SHOWN_SIN = 0.5
+
+
+def observed_offsets(twin: Twin, segs) -> frozenset:
+    """The centre of mass offsets (``body/<id>/com_offset_x|y``) that the strikes ``segs``
+    can show: a box's offset along its body axis is shown by a push across that axis (the
+    offset then turns the box and bends its path), not by a push along it. The axes are the
+    box's as tracked before each push. A cylinder shows none (its yaw is not tracked).
+    Measured on wide_9 (docs/results.md, stop 44): the fit on two strikes along the box's
+    long axis kept its x offset at the prior, and predicted the strike across it at 55.0 mm
+    against 51.9 mm at the priors, the true x offset being 21.9 mm."""
+    out = set()
+    for seg in segs:
+        oid = seg.object_id
+        if oid not in twin.object_ids or not _is_box(twin, oid) or oid not in seg.poses0:
+            continue
+        rel = seg.info.heading - quat_yaw(seg.poses0[oid][1])
+        if abs(np.sin(rel)) >= OFFSET_SHOWN_SIN:
+            out.add(f'body/{oid}/com_offset_x')
+        if abs(np.cos(rel)) >= OFFSET_SHOWN_SIN:
+            out.add(f'body/{oid}/com_offset_y')
+    return frozenset(out)
 
 
 def _is_box(twin: Twin, object_id: str) -> bool:
@@ -658,11 +695,12 @@ def _rejects(res: _Residual, value: float, prior: float, r: np.ndarray, chi2: fl
 
 
 def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nthread,
-                offsets_observable: bool = True):
+                unobserved: dict | None = None):
     """Friction from the object's path, mass from the joints given the friction, the lateral
-    centre of mass offsets from the path's sideways bend (boxes: a cylinder's yaw is not
-    tracked), friction again given both. Returns ({name: (value, half width, identified,
-    prior rejected)}, rollouts, info)."""
+    centre of mass offsets from the path's sideways bend (those not in ``unobserved``, {name:
+    why the strikes cannot show it}, which keep the prior), friction again given both.
+    Returns ({name: (value, half width, identified, prior rejected)}, rollouts, info)."""
+    unobserved = unobserved or {}
     f_spec = next((s for s in specs if s.name.endswith('/friction')), None)
     m_spec = next((s for s in specs if s.name.endswith('/mass')), None)
     c_specs = [s for s in specs if '/com_offset_' in s.name]
@@ -706,9 +744,9 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
         m_ok = ident(m_spec, mass, hw_m)
         values[m_spec.name] = mass if m_ok else m_spec.prior
     for c_spec in c_specs:
-        if not offsets_observable:
+        if c_spec.name in unobserved:
             out[c_spec.name] = (c_spec.prior, float('inf'), False, False)
-            info['com_offsets'] = "not fitted: a cylinder's yaw is not tracked"
+            info[f'{c_spec.name.rsplit("/", 1)[1]}'] = f'not fitted: {unobserved[c_spec.name]}'
             continue
         res_c = _Residual(twin, segs, c_spec.name, others(c_spec.name), 'cross', sigma_track,
                           options, nthread)
@@ -848,12 +886,13 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
     twin.set_parameters(fitted_all)
     shown = [(s, False) for s in segs if s.object_id in by_object and scores == 'all'] + \
         [(s, True) for s in held_segs if s.object_id in by_object and scores != 'none']
-    scored = _score(twin, shown, priors, fitted_all, arm_priors, reference, nthread)
+    observed = observed_offsets(twin, segs)
+    scored = _score(twin, shown, priors, fitted_all, arm_priors, reference, nthread, observed)
     return ObjectFitResult(result_set, _rms(rb), _rms(ra), wall_time=time.perf_counter() - t0,
                            n_rollouts=n_rollouts + scored.pop('n_rollouts'), dropped=dropped,
                            unstruck=unstruck, tracker_noise=sigma_track,
                            per_object=per_object, cpu_time=time.process_time() - cpu0,
-                           **scored)
+                           observed_offsets=observed, **scored)
 
 
 def _fit_objects(twin: Twin, by_object: dict, segs, sigma_track, options, nthread: int,
@@ -876,7 +915,7 @@ def _fit_objects(twin: Twin, by_object: dict, segs, sigma_track, options, nthrea
         oid, ospecs, osegs = job
         try:
             return _fit_object(tw, ospecs, osegs, sigma_track, options, nth,
-                               offsets_observable=_is_box(twin, oid))
+                               unobserved=_unobserved(twin, oid, ospecs, osegs))
         except UnstableTwinError as exc:
             raise UnstableTwinError(f'{oid}: {exc}') from None
 
@@ -901,21 +940,33 @@ def _fit_objects(twin: Twin, by_object: dict, segs, sigma_track, options, nthrea
             tw.close()
 
 
+def _unobserved(twin: Twin, oid: str, ospecs, osegs) -> dict:
+    """{offset name: why ``osegs`` cannot show it} of object ``oid``'s specs."""
+    box = _is_box(twin, oid)
+    shown = observed_offsets(twin, osegs)
+    return {s.name: ("a cylinder's yaw is not tracked" if not box else
+                     'no strike pushed across its axis (a push along it does not bend the '
+                     'path)')
+            for s in ospecs if '/com_offset_' in s.name and s.name not in shown}
+
+
 def _rms(v) -> float:
     v = np.concatenate([np.atleast_1d(x) for x in v]) if v else np.zeros(0)
     return float(np.sqrt(np.mean(v * v))) if v.size else float('nan')
 
 
-def _score(twin: Twin, shown, priors: dict, fitted: dict, arm_priors, reference, nthread):
+def _score(twin: Twin, shown, priors: dict, fitted: dict, arm_priors, reference, nthread,
+           observed: frozenset):
     """Replay the strikes ``shown`` ([(segment, held out)]) at the priors and at ``fitted``
-    (a held-out one also at ``reference`` and its observable part): the report's paths and
-    the held-out figures, as ObjectFitResult fields (plus 'n_rollouts')."""
+    (a held-out one also at ``reference`` and at its part that the fitted strikes can show,
+    ``observed`` the offsets among it): the report's paths and the held-out figures, as
+    ObjectFitResult fields (plus 'n_rollouts')."""
     strikes, held_b, held_a, held_r, held_o = [], [], [], [], []
     jb, ja, ab, aa = [], [], [], []
     observable, n_rollouts = None, 0
     if reference:
         twin.validate_names(list(reference))
-        observable = unobservable_at_prior(twin, reference, priors)
+        observable = unobservable_at_prior(twin, reference, priors, observed)
     for seg, is_held in shown:
         pre = {**(arm_priors or {}), **priors} if is_held else priors
         samples = [pre, fitted] + ([{**fitted, **reference}] if is_held and reference else [])
@@ -990,7 +1041,8 @@ def score_heldout(twin: Twin, specs: list[ParameterSpec], fit: ObjectFitResult,
     fitted = fit.parameters.values()
     twin.set_parameters(fitted)
     scored = _score(twin, [(s, True) for s in held_segs if s.object_id in by_object],
-                    {s.name: s.prior for s in specs}, fitted, arm_priors, reference, nthread)
+                    {s.name: s.prior for s in specs}, fitted, arm_priors, reference, nthread,
+                    fit.observed_offsets)
     strikes = list(fit.strikes) + scored.pop('strikes')
     n = scored.pop('n_rollouts')
     return replace(fit, **scored, strikes=strikes, dropped=dropped,
