@@ -122,6 +122,13 @@ class StrikeConfig:
     # strike, and the default cell's cylinder kept its prior interval after three such
     # strikes in every live run (docs/identification.md "Tall objects"). 0: off.
     gentle_informative_slide: float = 0.0
+    # The friction range a strike is planned on while the fit has not identified it: the
+    # fit's bounds with the upper one capped here (0: not capped). The fit may still leave
+    # this range, the plan does not: a wider fit bound (a cell whose static friction exceeds
+    # the dynamic, as Drake's, needs an effective value above 1.0) would otherwise count more
+    # objects as tall at the first strike and strike them gently (results/model_gap/
+    # friction_bound: friction and mass then traded off on a 1.3 kg cylinder).
+    plan_friction_upper: float = 0.0
 
     @classmethod
     def from_dict(cls, d: dict | None) -> StrikeConfig:
@@ -137,6 +144,9 @@ class StrikeConfig:
         kinds = {'directions': int, 'gentle_strikes': bool,
                  'leans_deg': lambda v: tuple(float(x) for x in v)}
         cfg = cls(**{k: kinds.get(k, float)(v) for k, v in d.items()})
+        if cfg.plan_friction_upper < 0:
+            raise ValueError('strike config: plan_friction_upper must be >= 0 (0: the fit\'s '
+                             'friction bound)')
         if not cfg.leans_deg or any(abs(x) > 90 for x in cfg.leans_deg):
             raise ValueError('strike config: leans_deg needs at least one lean, each within '
                              '+-90 deg (the upper tool never over the object)')

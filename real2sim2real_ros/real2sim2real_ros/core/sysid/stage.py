@@ -419,9 +419,11 @@ class _StrikeRounds:
         self.before_strike = before_strike
         self.ids = sorted({s.name.split('/')[1] for s in specs})
         self.priors = {oid: (0.2, 0.5, 1.0) for oid in self.ids}
+        cap = scfg.plan_friction_upper or float('inf')
         for s in specs:
             if s.name.endswith('/friction'):
-                self.priors[s.name.split('/')[1]] = (s.lower, s.prior, s.upper)
+                hi = max(min(s.upper, cap), s.prior)
+                self.priors[s.name.split('/')[1]] = (s.lower, s.prior, hi)
         self.friction = dict(self.priors)
         self.recs, self.previous, self.seen = [], {}, {}
         self.validation: _ValidationThread | None = None
@@ -524,14 +526,16 @@ def _planning_fit(twin, specs, recs, options, settings, timer, log):
 
 def _friction_update(friction: dict, fit, specs, priors: dict) -> None:
     """The friction ranges strikes are planned with ({id: (low, value, high)}) from an
-    object fit: its 95% interval where identified, else the prior's bounds about its value."""
+    object fit: its 95% interval where identified, else the planning prior's bounds about
+    its value (the upper one raised to the value where the fit left the planning range:
+    ``StrikeConfig.plan_friction_upper``)."""
     for s in specs:
         if s.name.endswith('/friction'):
             oid = s.name.split('/')[1]
             e = fit.parameters[s.name]
             lo, _, hi = priors[oid]
             friction[oid] = ((e.lower_95, e.value, e.upper_95) if e.identified
-                             else (lo, e.value, hi))
+                             else (lo, e.value, max(hi, e.value)))
 
 
 class ObjectFitCancelled(FitCancelled):
