@@ -45,14 +45,28 @@ def _record_skip(report):
 # A deadlock that holds the GIL (seen: Fast DDS's unregister_timer under the garbage
 # collector) stops pytest-timeout too, whose handler is Python; faulthandler's watchdog is a C
 # thread: it prints every thread's stack and ends the run, instead of a silent hang.
+# Its limit is the test's own pytest-timeout plus a margin: a ``@pytest.mark.timeout(900)``
+# test gets 900 s + margin, never the ini's 300 s + margin (which ended such tests' xdist
+# workers as "node down: Not properly terminated" on a loaded machine, stop 44).
 WATCHDOG_MARGIN_S = 120
+
+
+def timeout_of(item) -> float:
+    """The pytest-timeout limit of ``item``: its ``timeout`` mark's if it has one, else the
+    ini's (300 s when unset)."""
+    mark = item.get_closest_marker('timeout')
+    if mark is not None:
+        value = mark.args[0] if mark.args else mark.kwargs.get('timeout')
+        if value is not None:
+            return float(value)
+    return float(item.config.getini('timeout') or 300)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     import faulthandler
     import sys
-    limit = float(item.config.getini('timeout') or 300) + WATCHDOG_MARGIN_S
+    limit = timeout_of(item) + WATCHDOG_MARGIN_S
     faulthandler.dump_traceback_later(limit, exit=True, file=sys.stderr)
     try:
         yield
@@ -99,6 +113,7 @@ GRAPH_TIERS = ('integration',)
 # Modules of that tier that start no node process: whole-loop runs in the test process
 # (CPU-bound, no real-time cell), scheduled like unit modules.
 IN_PROCESS = ('integration/test_evaluation_harness.py',
+              'integration/test_far_cells_harness.py',
               'integration/test_object_identification.py')
 
 

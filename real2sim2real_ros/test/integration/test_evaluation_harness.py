@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.harness_budgets import TINY
 
 from real2sim2real_ros.core.cell_spec import load_cell_spec
 from real2sim2real_ros.core.evaluation.cells import PRIOR, draw_cell_data, draw_cells
@@ -208,10 +209,6 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     assert bad_conf.returncode == 2 and bad_conf.stderr.count('\n') == 1
     assert "--identification-config" in bad_conf.stderr and '{id}' in bad_conf.stderr
     assert not (tmp_path / 'x.json').exists()
-
-
-TINY = {'demos': 12, 'self_imitation_rounds': 0, 'bc_epochs': 150,
-        'ppo': {'iterations': 0}, 'eval_trials': 3}
 
 
 # A whole cell (reconstruct, 5 probe executions, identify, 3 policies): 120-200 s on 2 cores.

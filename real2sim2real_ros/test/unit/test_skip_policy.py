@@ -58,6 +58,22 @@ def test_allowed_skips_alone_pass(tmp_path):
     assert '1 passed, 1 skipped' in out.stdout
 
 
+def test_the_watchdog_waits_for_a_tests_own_timeout_mark(tmp_path):
+    """The faulthandler watchdog ends the worker only after the test's own pytest-timeout
+    (mark, else ini) plus its margin: a test marked longer than the ini's limit runs to its end
+    (stop 44: a 900 s mark was ended at the ini's 300 + 120 s). Margin 0 here; ini 1 s, the
+    marked test sleeps 2.5 s under a 10 s mark; unmarked, it is ended at the ini's 1 s."""
+    body = ('import time\nimport conftest\nimport pytest\n\n'
+            'conftest.WATCHDOG_MARGIN_S = 0\n\n'
+            '@pytest.mark.timeout(10)\ndef test_long():\n    time.sleep(2.5)\n')
+    out = _run(tmp_path, {'test_marked.py': body}, args=('-o', 'timeout=1'))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert '1 passed' in out.stdout
+    unmarked = body.replace('@pytest.mark.timeout(10)\n', '')
+    out = _run(tmp_path, {'test_marked.py': unmarked}, args=('-o', 'timeout=1'))
+    assert out.returncode != 0 and 'passed' not in out.stdout, out.stdout
+
+
 def test_graph_modules_share_one_xdist_group_and_in_process_ones_start_no_node():
     """make test never runs two graphs at once: every test/integration module is in the
     'graph' group but the IN_PROCESS ones; no module outside it launches a graph (no launch
