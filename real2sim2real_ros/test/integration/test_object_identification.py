@@ -403,7 +403,7 @@ def test_which_offsets_a_push_shows(monkeypatch):
     def seg(oid, heading, yaw):
         return NS(object_id=oid, info=NS(heading=heading),
                   poses0={oid: (np.zeros(3), yaw_quat(yaw))})
-    monkeypatch.setattr(object_fit, '_is_box', lambda twin, oid: oid == 'box_0')
+    monkeypatch.setattr(object_fit, '_boxes', lambda twin: {'box_0'})
     x, y = 'body/box_0/com_offset_x', 'body/box_0/com_offset_y'
     assert observed_offsets(Twin, [seg('box_0', 0.3, 0.3)]) == {y}
     assert observed_offsets(Twin, [seg('box_0', 0.3 + np.pi, 0.3)]) == {y}

@@ -251,9 +251,10 @@ def observed_offsets(twin: Twin, segs) -> frozenset:
     long axis kept its x offset at the prior, and predicted the strike across it at 55.0 mm
     against 51.9 mm at the priors, the true x offset being 21.9 mm."""
     out = set()
+    boxes = _boxes(twin)
     for seg in segs:
         oid = seg.object_id
-        if oid not in twin.object_ids or not _is_box(twin, oid) or oid not in seg.poses0:
+        if oid not in boxes or oid not in seg.poses0:
             continue
         rel = seg.info.heading - quat_yaw(seg.poses0[oid][1])
         if abs(np.sin(rel)) >= OFFSET_SHOWN_SIN:
@@ -263,9 +264,14 @@ def observed_offsets(twin: Twin, segs) -> frozenset:
     return frozenset(out)
 
 
+def _boxes(twin: Twin) -> set[str]:
+    """The ids of the twin's objects that are one box geom."""
+    return {oid for oid, geoms in _object_geoms(twin).items()
+            if len(geoms) == 1 and twin.model.geom_type[geoms[0]] == mujoco.mjtGeom.mjGEOM_BOX}
+
+
 def _is_box(twin: Twin, object_id: str) -> bool:
-    geoms = _object_geoms(twin).get(object_id, [])
-    return len(geoms) == 1 and twin.model.geom_type[geoms[0]] == mujoco.mjtGeom.mjGEOM_BOX
+    return object_id in _boxes(twin)
 
 
 def ensure_object_priority(twin: Twin) -> list[str]:
@@ -746,7 +752,7 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
     for c_spec in c_specs:
         if c_spec.name in unobserved:
             out[c_spec.name] = (c_spec.prior, float('inf'), False, False)
-            info[f'{c_spec.name.rsplit("/", 1)[1]}'] = f'not fitted: {unobserved[c_spec.name]}'
+            info[c_spec.name.rsplit('/', 1)[1]] = f'not fitted: {unobserved[c_spec.name]}'
             continue
         res_c = _Residual(twin, segs, c_spec.name, others(c_spec.name), 'cross', sigma_track,
                           options, nthread)
