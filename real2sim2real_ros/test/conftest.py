@@ -62,16 +62,43 @@ def timeout_of(item) -> float:
     return float(item.config.getini('timeout') or 300)
 
 
+# Where it writes: pytest's capture holds a test's stderr, and an xdist worker's never reaches
+# the terminal, so each test process writes to a file of its own in a folder of the run (made
+# by the controller, inherited by its workers); the controller's summary prints every file
+# the watchdog wrote (`watchdog_reports`), naming the test it ended.
+WATCHDOG_DIR_ENV = 'R2S2R_WATCHDOG_DIR'
+_watchdog_out = None
+
+
+def _watchdog_file():
+    global _watchdog_out
+    if _watchdog_out is None:
+        worker = os.environ.get('PYTEST_XDIST_WORKER', 'main')
+        path = Path(os.environ[WATCHDOG_DIR_ENV]) / f'{worker}-{os.getpid()}.txt'
+        _watchdog_out = open(path, 'w')        # kept open for the process's life
+    return _watchdog_out
+
+
+def watchdog_reports(folder: Path) -> list[str]:
+    """The texts the watchdog wrote in ``folder`` (one per test process it ended)."""
+    return [p.read_text() for p in sorted(folder.glob('*.txt')) if p.stat().st_size]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     import faulthandler
-    import sys
     limit = timeout_of(item) + WATCHDOG_MARGIN_S
-    faulthandler.dump_traceback_later(limit, exit=True, file=sys.stderr)
+    out = _watchdog_file()
+    out.write(f'watchdog: {item.nodeid} ran past {limit:.0f} s (its timeout '
+              f'{timeout_of(item):.0f} s + {WATCHDOG_MARGIN_S} s); every thread:\n')
+    out.flush()
+    faulthandler.dump_traceback_later(limit, exit=True, file=out)
     try:
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+        out.seek(0)
+        out.truncate()
 
 
 def pytest_runtest_logreport(report):
@@ -98,6 +125,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    ended = watchdog_reports(Path(os.environ[WATCHDOG_DIR_ENV]))
+    if ended:
+        terminalreporter.section('tests the watchdog ended (their process exited)', red=True)
+        for text in ended:
+            terminalreporter.write(text)
     bad = unexpected_skips(_skipped)
     if bad:
         terminalreporter.section('unexpected skips (not on conftest.ALLOWED_SKIPS)', red=True)
@@ -156,6 +188,16 @@ def pytest_configure(config):
         os.environ.pop('R2S2R_DOMAIN_ID', None)
     isolate()
     os.environ.setdefault('MUJOCO_GL', 'egl')
+    if not hasattr(config, 'workerinput'):      # the controller (or a run without xdist)
+        import tempfile
+        os.environ[WATCHDOG_DIR_ENV] = tempfile.mkdtemp(prefix='r2s2r_watchdog_')
+
+
+def pytest_unconfigure(config):
+    folder = os.environ.get(WATCHDOG_DIR_ENV)
+    if folder and not hasattr(config, 'workerinput') and not watchdog_reports(Path(folder)):
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope='session')

@@ -32,6 +32,7 @@ def _run(tmp_path, files: dict, args=()) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env['PYTHONPATH'] = os.pathsep.join([str(TEST_DIR.parent), str(TEST_DIR),
                                          env.get('PYTHONPATH', '')])
+    env['TMPDIR'] = str(tmp_path)           # the scratch run's watchdog folder, among others
     return subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
                            *args, str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
@@ -72,6 +73,20 @@ def test_the_watchdog_waits_for_a_tests_own_timeout_mark(tmp_path):
     unmarked = body.replace('@pytest.mark.timeout(10)\n', '')
     out = _run(tmp_path, {'test_marked.py': unmarked}, args=('-o', 'timeout=1'))
     assert out.returncode != 0 and 'passed' not in out.stdout, out.stdout
+
+
+def test_a_worker_the_watchdog_ends_is_named_with_its_stacks(tmp_path):
+    """Under xdist (as CI runs) the controller's summary prints what the watchdog wrote: the
+    test it ended, its limit, and every thread's stack. The test holds the GIL in one C call
+    (as the Fast DDS deadlock did), so pytest-timeout's signal handler never runs."""
+    body = ('import conftest\n\nconftest.WATCHDOG_MARGIN_S = 0\n\n'
+            'def test_stuck():\n    sum(range(10 ** 13))\n')
+    out = _run(tmp_path, {'test_stuck.py': body}, args=('-n', '1', '-o', 'timeout=2'))
+    text = out.stdout
+    assert out.returncode != 0, text
+    assert 'tests the watchdog ended' in text, text
+    assert 'watchdog: test_stuck.py::test_stuck ran past 2 s' in text, text
+    assert 'in test_stuck' in text.split('every thread:')[1], text
 
 
 def test_graph_modules_share_one_xdist_group_and_in_process_ones_start_no_node():
