@@ -167,9 +167,15 @@ def pytest_xdist_make_scheduler(config, log):
 
     The groups are this scheduler's, not ``xdist_group`` marks: pytest-xdist 3.8 writes a
     mark's group into ``item._nodeid``, which pytest 9 no longer reads, so marks group
-    nothing (measured: a marked module's tests ran on both workers)."""
+    nothing (measured: a marked module's tests ran on both workers).
+
+    Groups go out in collection order (integration, node, unit), not xdist's default of most
+    tests first: that put the one-test in-process module `test_far_cells_harness.py` last,
+    alone at the end of a busy fresh-clone run for 259 s (stop 45); in collection order the
+    in-process integration modules start at once beside the graph worker."""
     if config.getoption('dist') != 'loadgroup':
         return None
+    config.option.loadscopereorder = False
     from xdist.scheduler import LoadScopeScheduling
 
     class GraphGroupScheduling(LoadScopeScheduling):

@@ -112,11 +112,14 @@ def test_graph_modules_share_one_xdist_group_and_in_process_ones_start_no_node()
 def test_two_workers_run_the_graph_modules_on_one_worker_in_order(tmp_path, monkeypatch):
     """The scheduler, not just the rule: with `-n 2 --dist loadgroup` (make test), the
     tests of two graph-tier modules all run on one worker, in collection order, and unit and
-    node modules' on the other worker meanwhile."""
+    node modules' on the other worker meanwhile, an in-process integration module first
+    though it has the fewest tests (xdist's default order, most tests first, put CI's
+    one-test far-cells module last, alone for 259 s at the end of a busy run)."""
     test = ('import os, time\n\ndef test_{i}():\n    time.sleep(0.3)\n'
             '    with open(os.environ["LOG"], "a") as f:\n'
             '        f.write(f"{{os.environ[\'PYTEST_XDIST_WORKER\']}} {name} {i}\\n")\n')
-    files = {}
+    far = 'integration/test_far_cells_harness.py'
+    files = {far: test.format(i=0, name=far)}
     for name in ('integration/test_a.py', 'integration/test_b.py', 'node/test_c.py',
                  'unit/test_d.py'):
         files[name] = ''.join(test.format(i=i, name=name) for i in range(3))
@@ -124,8 +127,10 @@ def test_two_workers_run_the_graph_modules_on_one_worker_in_order(tmp_path, monk
     out = _run(tmp_path, files, ('-n', '2', '--dist', 'loadgroup'))
     assert out.returncode == 0, out.stdout + out.stderr
     rows = [line.split() for line in (tmp_path / 'log.txt').read_text().splitlines()]
-    graph = [(w, n, i) for w, n, i in rows if n.startswith('integration/')]
+    graph = [(w, n, i) for w, n, i in rows if n.startswith('integration/') and n != far]
     assert len({w for w, _, _ in graph}) == 1, rows
     assert [(n, i) for _, n, i in graph] == [
         (n, str(i)) for n in ('integration/test_a.py', 'integration/test_b.py') for i in range(3)]
-    assert {w for w, n, _ in rows if not n.startswith('integration/')} != {graph[0][0]}, rows
+    others = [(w, n) for w, n, _ in rows if not n.startswith('integration/') or n == far]
+    assert {w for w, _ in others} != {graph[0][0]}, rows
+    assert [n for w, n in others if w != graph[0][0]][0] == far, rows
