@@ -87,10 +87,11 @@ def watchdog_reports(folder: Path) -> list[str]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     import faulthandler
-    limit = timeout_of(item) + WATCHDOG_MARGIN_S
+    timeout = timeout_of(item)
+    limit = timeout + WATCHDOG_MARGIN_S
     out = _watchdog_file()
     out.write(f'watchdog: {item.nodeid} ran past {limit:.0f} s (its timeout '
-              f'{timeout_of(item):.0f} s + {WATCHDOG_MARGIN_S} s); every thread:\n')
+              f'{timeout:.0f} s + {WATCHDOG_MARGIN_S} s); every thread:\n')
     out.flush()
     faulthandler.dump_traceback_later(limit, exit=True, file=out)
     try:
