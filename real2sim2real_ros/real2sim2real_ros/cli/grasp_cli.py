@@ -1,4 +1,6 @@
 """``r2s2r hold-test``: does a grasped box stay in the jaw while the arm carries it?
+(``expert-check``: a task's scripted expert; ``slip-test``: the finger friction from a
+controlled slip.)
 
 Runs core/grasping/hold.py's test (a box grasped, lifted, carried through a base turn) in the
 MuJoCo twin with and without its grasp contact recipe and on emulated cells of both engines,
@@ -242,3 +244,118 @@ def run_expert(args) -> dict:
 def cmd_expert_check(args) -> int:
     """``r2s2r expert-check``."""
     return _main('expert-check', run_expert, args)
+
+
+# ----------------------------------------------------------------------------- slip-test
+
+def add_slip_parser(subparsers) -> argparse.ArgumentParser:
+    """``r2s2r slip-test``: the finger friction from a controlled slip, on the cells."""
+    p = subparsers.add_parser(
+        'slip-test', help='identify the finger-object friction from a controlled slip',
+        description='The slip probe (core/grasping/slip.py: a box grasped, lifted, the '
+                    'closing effort lowered step by step until the jaw closes past it) on '
+                    'emulated cells of each engine and box friction, and its fit in a twin '
+                    'given the box\'s mass: the twin\'s finger friction at which its box '
+                    'comes out at the same step. The grasp is planned from the true start '
+                    '(observation source "truth").')
+    p.add_argument('--task', default='gentle_pick_and_place', help='a grasping task name or '
+                   'YAML (its box size and motion)')
+    p.add_argument('--robot', default='gripper', help="as hold-test's --robot")
+    p.add_argument('--cell', default='', help="cell spec YAML (default: "
+                   "config/cells/gripper.yaml); its first box is the probed one")
+    p.add_argument('--engines', default='mujoco,drake', help='comma-separated cell engines')
+    p.add_argument('--frictions', default='0.2,0.35,0.55,0.9',
+                   help="comma-separated box frictions (the cells' dynamic; Drake's static "
+                        'is drake.static_friction_ratio x it)')
+    p.add_argument('--mass', type=float, default=0.21, help='box mass, kg (default 0.21)')
+    p.add_argument('--seed', type=int, default=0, help='seed of the start pose')
+    p.add_argument('--out', default='', help='write the results as JSON here')
+    p.set_defaults(func=cmd_slip_test)
+    return p
+
+
+def run_slip(args) -> dict:
+    """The slip test for the parsed ``args``; returns the JSON-ready record."""
+    import copy
+
+    import numpy as np
+    import yaml
+
+    from ..core.cell_spec import load_cell_spec
+    from ..core.grasping.slip import (
+        SlipConfig,
+        fit_finger_friction,
+        friction_error,
+        run_slip_probe,
+    )
+    from ..core.robot_description import load_robot
+    from ..core.tasks import get_task
+    from ..core.tasks.worlds import CellWorld, TaskObject, TwinWorld, task_scene_xml
+    from ..core.twin import Twin
+    from ..core.world import make_world
+    engines = [e.strip() for e in args.engines.split(',') if e.strip()]
+    if not engines or set(engines) - {'mujoco', 'drake'}:
+        raise ValueError(f"--engines: choose from ['mujoco', 'drake'], got {args.engines!r}")
+    frictions = [float(v) for v in args.frictions.split(',') if v.strip()]
+    if not frictions or not all(0 < f <= 2 for f in frictions):
+        raise ValueError(f'--frictions: values in (0, 2] expected, got {args.frictions!r}')
+    if not (math.isfinite(args.mass) and args.mass > 0):
+        raise ValueError(f'--mass: must be > 0 kg, got {args.mass}')
+    urdf = _robot_urdf(args.robot)
+    robot = load_robot(urdf)
+    task = get_task(args.task, robot)
+    if not hasattr(task, 'grasp_plan'):
+        raise ValueError(f'--task {args.task}: not a grasping task')
+    path = args.cell or str(_cells_dir() / 'gripper.yaml')
+    with open(path, encoding='utf-8') as fh:
+        base = yaml.safe_load(fh)
+    boxes = [o for o in base.get('objects', []) if o.get('shape') == 'box']
+    if not boxes:
+        raise ValueError(f'--cell {path}: has no box to probe')
+    base['cameras'] = []
+    base['robot'] = dict(base['robot'], urdf=urdf)
+    cfg = SlipConfig()
+    reset = task.sample_reset(np.random.default_rng(args.seed))
+    size = tuple(task.cfg.object_size)
+    results = []
+    for engine in engines:
+        for friction in frictions:
+            spec = dict(copy.deepcopy(base), engine=engine)
+            spec['objects'] = [dict(boxes[0], id=task.object_id, size=list(size),
+                                    mass=args.mass, friction=[friction, 0.005, 0.0001])]
+            cell_spec = load_cell_spec(spec)
+            static = friction * (cell_spec.drake.static_friction_ratio
+                                 if engine == 'drake' else 1.0)
+            t0 = time.monotonic()
+            world = make_world(cell_spec)
+            try:
+                run = run_slip_probe(task, CellWorld(world, task.object_id), reset, cfg)
+            finally:
+                world.close()
+            t1 = time.monotonic()
+            twin = Twin(robot, task_scene_xml(TaskObject(task.object_id, size, args.mass)))
+            fit = fit_finger_friction(task, TwinWorld(twin, task.object_id), run, cfg)
+            twin.close()
+            results.append({'engine': engine, 'box_friction': friction,
+                            'static_friction': static, 'mass': args.mass,
+                            'cell': run.to_dict(), 'fit': fit.to_dict(),
+                            'covered': bool(fit.lower_95 <= static and
+                                            fit.upper_95 >= friction),
+                            'relative_error': friction_error(fit.value, friction, static),
+                            'cell_s': round(t1 - t0, 2),
+                            'fit_s': round(time.monotonic() - t1, 2)})
+            slip = run.slip_effort
+            print(f'{engine:<7} friction {friction:.2f} (static {static:.3f}): out at '
+                  f"{'-' if slip is None else f'{slip:.2f} N'}; twin finger friction "
+                  f'{fit.value:.3f} [{fit.lower_95:.3f}, {fit.upper_95:.3f}]'
+                  f"{'' if fit.identified else ' (bound: ' + fit.note + ')'}",
+                  file=sys.stderr)
+    return {'task': task.name, 'robot': args.robot, 'cell': args.cell or
+            'config/cells/gripper.yaml', 'observation_source': 'truth', 'seed': args.seed,
+            'config': dataclasses.asdict(cfg), 'twin_mass': 'the cell box\'s (given)',
+            'results': results, 'command': 'r2s2r slip-test ' + ' '.join(sys.argv[2:])}
+
+
+def cmd_slip_test(args) -> int:
+    """``r2s2r slip-test``."""
+    return _main('slip-test', run_slip, args)

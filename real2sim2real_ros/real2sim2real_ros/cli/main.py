@@ -415,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     loop_cli.add_parser(sub)
     grasp_cli.add_parser(sub)
     grasp_cli.add_expert_parser(sub)
+    grasp_cli.add_slip_parser(sub)
     try:
         from real2sim2real_ros.cli import bag_cli
         bag_cli.add_parser(sub)
@@ -444,7 +445,7 @@ def main(argv=None) -> int:
         return cmd_launch(args, argv[i + 1:])
     args = parser.parse_args(argv)
     if args.verb in ('bag', 'capture', 'reconstruct', 'evaluate', 'describe', 'hold-test',
-                     'expert-check'):
+                     'expert-check', 'slip-test'):
         return args.func(args)
     try:
         return HANDLERS[args.verb](args, [])

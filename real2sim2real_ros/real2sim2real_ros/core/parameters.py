@@ -37,7 +37,7 @@ _UNITS = {
     'friction': '1', 'torsional_friction': 'm', 'rolling_friction': 'm',
     'damping': 'N m s/rad', 'frictionloss': 'N m', 'armature': 'kg m^2',
     'kp': 'N m/rad', 'kv': 'N m s/rad', 'command_latency': 's',
-    'gravity_compensation': '1',
+    'gravity_compensation': '1', 'finger_friction': '1',
 }
 
 

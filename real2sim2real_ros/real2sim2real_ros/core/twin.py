@@ -20,6 +20,9 @@ joint/<j>/armature        dof_armature
 actuator/<a>/kp, kv       gainprm / biasprm of the position actuator
 global/command_latency    s, delay of the reference
 global/gravity_compensation  body_gravcomp of the robot's bodies
+global/finger_friction    geom_friction[:, 0] of the gripper's finger geoms (a robot with a
+                          parallel-jaw gripper only; core/grasping/jaw.twin_grasp_contacts
+                          makes it rule every finger-object contact)
 ========================  ==========================================
 
 Element names match exactly or as the last component of a prefixed name (``box_0`` finds
@@ -104,7 +107,7 @@ _FIELDS = {
     'geom': ('friction', 'torsional_friction', 'rolling_friction'),
     'joint': ('damping', 'frictionloss', 'armature'),
     'actuator': ('kp', 'kv'),
-    'global': ('command_latency', 'gravity_compensation'),
+    'global': ('command_latency', 'gravity_compensation', 'finger_friction'),
 }
 # Largest magnitude accepted per field (units as default_unit): far beyond any real cell, small
 # enough that a typo (friction 1e9) is refused instead of making the twin meaningless.
@@ -113,7 +116,7 @@ PARAMETER_UPPER_BOUNDS = {
     'friction': 10.0, 'torsional_friction': 1.0, 'rolling_friction': 1.0,
     'damping': 1e4, 'frictionloss': 1e4, 'armature': 100.0,
     'kp': 1e6, 'kv': 1e5,
-    'command_latency': 1.0, 'gravity_compensation': 2.0,
+    'command_latency': 1.0, 'gravity_compensation': 2.0, 'finger_friction': 10.0,
 }
 
 
@@ -181,6 +184,9 @@ class Twin:
         self._ipos0 = ipos0
         self.latency = 0.0
         self.gravity_compensation = 1.0
+        self._fingers = _finger_geoms(m, robot)
+        self.finger_friction = (float(m.geom_friction[self._fingers[0], 0])
+                                if self._fingers else 0.0)
         self._pools: dict[int, mujoco.rollout.Rollout] = {}
         self._datas: list[mujoco.MjData] = []
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -199,7 +205,8 @@ class Twin:
     def parameter_names(self) -> list[str]:
         """Every name this twin understands."""
         m = self.model
-        names = [f'global/{f}' for f in _FIELDS['global']]
+        names = [f'global/{f}' for f in _FIELDS['global']
+                 if f != 'finger_friction' or self._fingers]
         for i in range(1, m.nbody):
             names += [f'body/{m.body(i).name}/{f}' for f in _FIELDS['body']]
         for i in range(m.ngeom):
@@ -231,6 +238,9 @@ class Twin:
             raise UnknownParameterError(
                 f'parameter {name!r}: {kind} has no field {fld!r}; known: {_FIELDS[kind]}')
         if kind == 'global':
+            if fld == 'finger_friction' and not self._fingers:
+                raise UnknownParameterError(f'parameter {name!r}: the robot '
+                                            f'{self.robot.name!r} has no gripper fingers')
             return _Field(kind, fld, -1)
         if kind == 'body':
             return _Field(kind, fld, self._find(mujoco.mjtObj.mjOBJ_BODY, element, name))
@@ -278,6 +288,8 @@ class Twin:
             extra[f.field] = value
             if f.field == 'gravity_compensation':
                 model.body_gravcomp[self._robot_bodies] = self._gravcomp0 * value
+            elif f.field == 'finger_friction':
+                model.geom_friction[self._fingers, 0] = value
             return
         if f.kind == 'body':
             if f.field == 'mass':
@@ -323,7 +335,8 @@ class Twin:
 
     def _extra(self) -> dict:
         return {'command_latency': self.latency,
-                'gravity_compensation': self.gravity_compensation}
+                'gravity_compensation': self.gravity_compensation,
+                'finger_friction': self.finger_friction}
 
     def get_parameter(self, name: str) -> float:
         """Current value of twin parameter ``name`` (SI units)."""
@@ -352,6 +365,7 @@ class Twin:
                 raise ValueError(f'parameter {n!r}: {exc}') from None
         self.latency = extra['command_latency']
         self.gravity_compensation = extra['gravity_compensation']
+        self.finger_friction = extra['finger_friction']
 
     def snapshot(self) -> dict:
         """What set_parameters may change (model arrays and the latency / gravity
@@ -361,6 +375,7 @@ class Twin:
         saved = {f: getattr(self.model, f).copy() for f in _WRITTEN_FIELDS}
         saved['latency'], saved['gravity_compensation'] = self.latency, \
             self.gravity_compensation
+        saved['finger_friction'] = self.finger_friction
         return saved
 
     def restore(self, saved: dict) -> None:
@@ -369,6 +384,7 @@ class Twin:
             getattr(self.model, f)[...] = saved[f]
         self.latency, self.gravity_compensation = saved['latency'], \
             saved['gravity_compensation']
+        self.finger_friction = saved['finger_friction']
 
     def fork(self) -> Twin:
         """A twin with this one's model (a copy, parameters as set now) and rollout workers
@@ -606,6 +622,14 @@ class Twin:
         for pool in self._pools.values():
             pool.close()
         self._pools.clear()
+
+
+def _finger_geoms(model: mujoco.MjModel, robot: RobotDescription) -> list[int]:
+    """The gripper's finger geoms (core/grasping/jaw.finger_geoms), [] without a gripper."""
+    from .grasping.jaw import finger_geoms, gripper_joints
+    if gripper_joints(robot) is None:
+        return []
+    return finger_geoms(model, robot)
 
 
 def _interp(t_new: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -273,14 +273,25 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     task0, twin_g, _ = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
                                      ident['start_values'], used, task_over)
     friction_name, mass_name = object_parameter_names(found.id)
+    grip = None
     try:
+        if hasattr(task0, 'grasp_plan'):
+            say(spec.name, 'identify grip')
+            grip = _identify_grip(world, robot, cfg, task0, twin_g, found, recon, frame_yaw,
+                                  truth, ps, used, param_rows, seconds)
+        t = time.perf_counter()
         goals = reachable_goals(task0, twin_g, ps.values().get(friction_name))
     finally:
         twin_g.close()
     if hasattr(task0.cfg, 'demo_mass') and mass_name in used:
-        # A grasp sized to the weight (gentle_pick_and_place): the identified mass.
+        # A grasp sized to the weight (gentle_pick_and_place): the identified mass, and the
+        # friction it assumes scaled as the twin's finger friction was by identification.
         goals['expert_overrides']['demo_mass'] = float(used[mass_name])
         goals['record']['expert_mass'] = float(used[mass_name])
+        if grip is not None:
+            scale = grip['estimate'].value / grip['estimate'].prior
+            goals['expert_overrides']['finger_friction'] = task0.cfg.finger_friction * scale
+            goals['record']['expert_finger_friction'] = task0.cfg.finger_friction * scale
     seconds['goals'] = time.perf_counter() - t
     task_over.update(goals['overrides'])
     task, twin_n, inputs_n = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
@@ -364,10 +375,42 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
             'episode_frame_yaw': frame_yaw,
             'reconstruction': {k: v for k, v in recon.items() if not k.startswith('_')},
             'identification': {'parameters': param_rows,
+                               **({'grip': {k: v for k, v in grip.items()
+                                            if k != 'estimate'}} if grip else {}),
                                **{k: v for k, v in ident.items()
                                   if k not in ('parameters', 'start_values')}},
             'policies': policies, 'stage_seconds': seconds, 'observation': observation,
             'truth_reads': door.report()}
+
+
+def _identify_grip(world, robot, cfg, task, twin, found, recon, frame_yaw, truth, ps, used,
+                   param_rows, seconds) -> dict:
+    """The finger-object friction (evaluation/identification.identify_grip) into the
+    identified parameters (``ps``, ``used``, ``twin``) and a parameter row scored against
+    the cell object's friction (its static one on a Drake cell: what holds a grasp)."""
+    from ..grasping.slip import friction_error
+    from .identification import identify_grip
+    from .object_identification import tracked_models
+    t = time.perf_counter()
+    grip = identify_grip(world, robot, cfg, task, twin, found, recon['table_height'],
+                         frame_yaw, tracked_models(recon['_found'].values()))
+    est = grip['estimate']
+    ps.add(est)
+    used[est.name] = est.value
+    twin.set_parameter(est.name, est.value)
+    oid = cfg.object_id
+    dyn = truth[f'geom/{oid}/friction']
+    static = truth.get(f'geom/{oid}/static_friction', dyn)
+    param_rows.append({'name': est.name, 'estimate': est.value, 'lower_95': est.lower_95,
+                       'upper_95': est.upper_95, 'prior': est.prior,
+                       'identified': est.identified, 'truth': dyn, 'truth_static': static,
+                       'truth_is': "the cell object's friction (dynamic; static on Drake)",
+                       'relative_error': friction_error(est.value, dyn, static),
+                       'covered': bool(est.lower_95 <= static and est.upper_95 >= dyn),
+                       'pinned': bool(est.identified and est.half_width
+                                      <= PINNED_HALF_WIDTH * est.value)})
+    seconds['identify_grip'] = time.perf_counter() - t
+    return grip
 
 
 def _cost_delta(before, observer, trials: int) -> dict | None:

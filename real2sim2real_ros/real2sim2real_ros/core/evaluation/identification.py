@@ -330,3 +330,30 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
     # The stage's own wall time: the folds are scoring, not identification.
     record['wall_s'] = time.perf_counter() - t0 - record['object_heldout_folds_s']
     return {'parameters': out.estimates, 'start_values': conf.start_values(), **record}
+
+
+def identify_grip(world, robot, cfg, task, twin, found, table_height: float, frame_yaw: float,
+                  models) -> dict:
+    """The finger-object friction of a grasping ``task``'s object (core/grasping/slip.py):
+    the slip probe on the in-process emulated cell (its start drawn like an episode's and
+    placed by the evaluator, the grasp planned from the tracked start when ``cfg.observation``
+    is 'tracker'), then the fit in ``twin`` (the identified twin: a core.twin.Twin with the
+    task's scene). Returns {'estimate': ParameterEstimate, 'cell': SlipRun record, 'fit':
+    FrictionFit record}."""
+    from ..grasping.slip import PARAMETER, SlipConfig, fit_finger_friction, run_slip_probe
+    from ..parameters import ParameterEstimate
+    from ..tasks.worlds import CellWorld, TwinWorld
+    observer = None
+    if cfg.observation == 'tracker':
+        from .observation import TrackedObservation
+        observer = TrackedObservation(world, robot, models, table_height, found.id,
+                                      rate=cfg.tracker_rate, latency=cfg.tracker_latency)
+    slip_cfg = SlipConfig()
+    reset = task.sample_reset(np.random.default_rng(cfg.seed + 6000))
+    cell = CellWorld(world, cfg.object_id, observer, stream=False, frame_yaw=frame_yaw)
+    run = run_slip_probe(task, cell, reset, slip_cfg)
+    prior = twin.get_parameter(PARAMETER)
+    fit = fit_finger_friction(task, TwinWorld(twin, found.id), run, slip_cfg)
+    est = ParameterEstimate(PARAMETER, fit.value, fit.lower_95, fit.upper_95, prior, '1',
+                            fit.identified)
+    return {'estimate': est, 'cell': run.to_dict(), 'fit': fit.to_dict()}

@@ -209,14 +209,10 @@ class MujocoJaw(JawServo):
                 float(data.actuator_force[self._act]))
 
 
-def twin_grasp_contacts(model: mujoco.MjModel, robot, prefix: str = '') -> list[int]:
-    """The twin's grasp contact recipe on a compiled ``model`` (the measured hold test:
-    docs/grasping.md): elliptic cones with ``impratio`` :data:`TWIN_IMPRATIO` and
-    :data:`TWIN_NOSLIP_ITERATIONS` noslip iterations (no creep under the object's weight),
-    and the finger geoms' contacts stiff (``solref`` :data:`PAD_SOLREF`), condim 4, with a
-    priority above the objects' so that their own settings rule a finger-object contact
-    (the finger-object friction is then ``geom/<finger geom>/friction``, default
-    :data:`PAD_FRICTION`). Returns the finger geoms' ids."""
+def finger_geoms(model: mujoco.MjModel, robot, prefix: str = '') -> list[int]:
+    """Ids of the colliding geoms on the fingers of ``robot``'s parallel-jaw gripper in a
+    compiled ``model`` (the driven finger's body and its mirrored followers'); GripperError
+    for a robot without one."""
     joints = gripper_joints(robot)
     if joints is None:
         raise GripperError(f'{robot.name} has no parallel-jaw gripper')
@@ -224,8 +220,21 @@ def twin_grasp_contacts(model: mujoco.MjModel, robot, prefix: str = '') -> list[
     for name in (joints.joint, *joints.followers):
         jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, prefix + name)
         bodies.add(int(model.jnt_bodyid[jid]))
-    pads = [g for g in range(model.ngeom) if model.geom_bodyid[g] in bodies
+    return [g for g in range(model.ngeom) if model.geom_bodyid[g] in bodies
             and (model.geom_contype[g] or model.geom_conaffinity[g])]
+
+
+def twin_grasp_contacts(model: mujoco.MjModel, robot, prefix: str = '',
+                        friction: float = PAD_FRICTION) -> list[int]:
+    """The twin's grasp contact recipe on a compiled ``model`` (the measured hold test:
+    docs/grasping.md): elliptic cones with ``impratio`` :data:`TWIN_IMPRATIO` and
+    :data:`TWIN_NOSLIP_ITERATIONS` noslip iterations (no creep under the object's weight),
+    and the finger geoms' contacts stiff (``solref`` :data:`PAD_SOLREF`), condim 4, with a
+    priority above the objects' so that their own settings rule a finger-object contact:
+    the finger-object friction is then ``friction`` (the twin's ``global/finger_friction``,
+    :data:`PAD_FRICTION` until identified: core/grasping/slip.py). Returns the finger geoms'
+    ids."""
+    pads = finger_geoms(model, robot, prefix)
     model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
     model.opt.impratio = TWIN_IMPRATIO
     model.opt.noslip_iterations = TWIN_NOSLIP_ITERATIONS
@@ -233,5 +242,5 @@ def twin_grasp_contacts(model: mujoco.MjModel, robot, prefix: str = '') -> list[
         model.geom_priority[g] = PAD_PRIORITY
         model.geom_solref[g] = PAD_SOLREF
         model.geom_condim[g] = 4
-        model.geom_friction[g] = [PAD_FRICTION, 0.005, 0.0001]
+        model.geom_friction[g] = [friction, 0.005, 0.0001]
     return pads

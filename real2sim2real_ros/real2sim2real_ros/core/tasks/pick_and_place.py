@@ -181,7 +181,7 @@ class PickAndPlace(DeclaredTask):
         c = self.cfg
         a = check_action(self, action)
         turn = self.grasp_turn(reset.object_yaw)
-        grasp_z = c.table_height + max(c.object_size[2] / 2, self._pad_half + c.grasp_clearance)
+        grasp_z = self.grasp_height
         lift = grasp_z + c.carry_height
         grasp = np.array([*(reset.object_xy + a[:2]), grasp_z])
         place = np.array([*(reset.goal_xy + a[2:4]), grasp_z + self.place_lift + c.place_drop])
@@ -194,7 +194,13 @@ class PickAndPlace(DeclaredTask):
                           (place * [1, 1, 0] + [0, 0, lift], place)],
                 'retreat': [(place, place + [0, 0, c.approach_height])]}
         effort = float(a[4]) if a.size > 4 else float(c.grasp_effort)
-        out, q_last = {'q_above': q_above, 'turn': turn, 'effort': effort}, q_above
+        return {'q_above': q_above, 'turn': turn, 'effort': effort,
+                **self._segments(legs, turn, q_above)}
+
+    def _segments(self, legs: dict, turn: float, q_last) -> dict:
+        """Each leg (a list of straight tool lines) as (times, q, qd) from ``q_last`` on."""
+        c = self.cfg
+        out = {}
         for name, lines in legs.items():
             times, points, t0 = [], [], 0.0
             for a0, b0 in lines:
@@ -209,6 +215,25 @@ class PickAndPlace(DeclaredTask):
             out[name] = (t, q, qd)
             q_last = q[-1]
         return out
+
+    def grasp_plan(self, reset: ResetSample, lift: float) -> dict:
+        """The grasp of :meth:`plan` without the carry (core/grasping/slip.py's probe):
+        ``q_above`` (jaw open), 'descend' to the box's observed centre, then 'lift' straight
+        up by ``lift`` (m)."""
+        c = self.cfg
+        turn = self.grasp_turn(reset.object_yaw)
+        grasp = np.array([*reset.object_xy, self.grasp_height])
+        above = grasp + [0, 0, c.approach_height]
+        q_above = self._solve_path([above], turn, self.ik.q_ready.copy())[0]
+        legs = {'descend': [(above, grasp)], 'lift': [(grasp, grasp + [0, 0, lift])]}
+        return {'q_above': q_above, 'turn': turn, **self._segments(legs, turn, q_above)}
+
+    @property
+    def grasp_height(self) -> float:
+        """Height (m) of the tip when the jaw closes: the box's centre, or the pads' lower
+        ends ``grasp_clearance`` above the table for a box lower than the pads."""
+        c = self.cfg
+        return c.table_height + max(c.object_size[2] / 2, self._pad_half + c.grasp_clearance)
 
     # ---------------------------------------------------------------- the episode
     def outcome_state(self, goal_xy, xyz, quat, jaw_position: float, speed: float) -> dict:

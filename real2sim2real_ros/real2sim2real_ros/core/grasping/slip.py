@@ -1,0 +1,241 @@
+"""The finger-object friction from a controlled slip (issue "Grasp and place", build item 5).
+
+Contract. The probe (:func:`run_slip_probe`) runs on any task backend with a gripper
+(core/tasks/worlds.py: a twin, an emulated cell through its trajectory controller and its
+gripper interface; a lab's arm the same way): the arm grasps the box at its observed centre
+as pick_and_place does (core/tasks/pick_and_place.PickAndPlace.grasp_plan) with
+``start_effort``, lifts it until its top would clear the pads' lower ends if it fell, then
+lowers the commanded closing effort step by step (each ``ratio`` times the last, down to
+``min_effort``), ``dwell`` s per step. The box slips out when two pads' friction can no
+longer carry its weight (2 mu F < m g, with the engine's own contact compliance); it falls
+to the table and the jaw, commanded shut, closes past the width it held the box at by more
+than ``closed_drop``. What a real cell gives is enough: the measured jaw position (the
+driven finger in ``/joint_states``) and the tracked start pose the grasp is planned from.
+The result is the step at which the box came out (None: it held down to ``min_effort``).
+
+The fit (:func:`fit_finger_friction`) replays the same probe in the twin (its identified mass
+and every other value; the grasp contact recipe of core/grasping/jaw.twin_grasp_contacts,
+where ``global/finger_friction`` rules every finger-object contact) and bisects, in log
+space within ``friction_bounds``, for the finger friction at which the twin's box comes out
+at the same step: the range of values that do is the estimate's interval (the probe's
+resolution: one step's ratio), its geometric middle the estimate. The twin then needs the
+grip the cell needs: what the estimate is, in the twin's terms, is the product of the cell's
+friction and everything else the twin gets wrong about a grasp (the identified mass, the
+contacts' compliance); the number is the twin's effective value, not the cell's Coulomb
+coefficient. A probe at whose first step the box already fell, or that held it to the
+last, bounds the value on one side only: the estimate is that bound, not identified.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from ..tasks.worlds import observed_start
+from .hold import pad_half_length
+
+PARAMETER = 'global/finger_friction'
+
+
+class SlipProbeError(RuntimeError):
+    """The probe could not run (the object not seen, not grasped at the start effort)."""
+
+
+@dataclass(frozen=True)
+class SlipConfig:
+    """How the slip probe is made (SI units)."""
+
+    start_effort: float = 30.0     # N, the closing effort of the grasp and the lift
+    min_effort: float = 0.25       # N, the last step's
+    ratio: float = 0.8             # each step's effort over the last one's
+    dwell: float = 0.4             # s per step
+    lift_margin: float = 0.02      # m between the fallen box's top and the pads' lower ends
+    closed_drop: float = 0.004     # m the jaw closes past its holding width: the box is out
+    settle: float = 0.3            # s after the lift, before the first step
+    friction_bounds: tuple[float, float] = (0.05, 3.0)   # the fit's search range
+    tolerance: float = 0.02        # relative, the bisection's on the friction
+
+    def __post_init__(self):
+        if not 0 < self.ratio < 1:
+            raise ValueError(f'slip probe: ratio {self.ratio} must be in (0, 1)')
+        if not 0 < self.min_effort < self.start_effort:
+            raise ValueError('slip probe: 0 < min_effort < start_effort (N) is needed')
+        lo, hi = self.friction_bounds
+        if not 0 < lo < hi:
+            raise ValueError(f'slip probe: friction_bounds {self.friction_bounds} must be '
+                             '0 < lo < hi')
+
+    def efforts(self) -> list[float]:
+        """The steps' closing efforts (N), from ``start_effort * ratio`` down."""
+        n = int(math.floor(math.log(self.min_effort / self.start_effort) / math.log(self.ratio)))
+        return [self.start_effort * self.ratio ** k for k in range(1, n + 1)]
+
+
+@dataclass
+class SlipRun:
+    """One probe: the efforts commanded, the jaw width at the end of each step run (m), the
+    width it held the box at after the lift, the step at which the box came out (None:
+    held to the last; -1: already out before the first step), and the start it was
+    planned from (observed: a fit replays the probe in the twin from there)."""
+
+    efforts: list[float]
+    widths: list[float]
+    held_width: float
+    slipped_at: int | None
+    start_xy: tuple[float, float] = (0.0, 0.0)
+    start_yaw: float = 0.0
+
+    @property
+    def step(self) -> int:
+        """The step index the box came out at, ``len(efforts)`` when it held to the last."""
+        return len(self.efforts) if self.slipped_at is None else self.slipped_at
+
+    @property
+    def slip_effort(self) -> float | None:
+        """The closing effort (N) at which the box came out (None: it held)."""
+        if self.slipped_at is None:
+            return None
+        return self.efforts[self.slipped_at] if self.slipped_at >= 0 else None
+
+    def to_dict(self) -> dict:
+        """JSON-ready record."""
+        return {**asdict(self), 'slip_effort': self.slip_effort}
+
+
+def lift_height(task, cfg: SlipConfig = SlipConfig()) -> float:
+    """How far (m) the probe lifts the box: a box that falls out lands with its top
+    ``lift_margin`` below the pads' lower ends, so nothing holds it up but friction."""
+    c = task.cfg
+    pads_low = task.grasp_height - pad_half_length(task.robot) - c.table_height
+    return float(c.object_size[2] - pads_low + cfg.lift_margin)
+
+
+def _hold(world, q, duration: float, dt: float) -> None:
+    """The arm held at ``q`` for ``duration`` s."""
+    world.execute(np.array([dt]), np.asarray(q)[None], None, duration)
+
+
+def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRun:
+    """The probe on ``world`` for ``task`` (a PickAndPlace) with the box placed at ``reset``'s
+    start: planned from the observed start (tracked on a cell with an observer), read back
+    through the jaw's measured position only."""
+    prepare = getattr(world, 'prepare_grasping', None)
+    if prepare is not None:
+        prepare()
+    c = task.cfg
+    true_xyz = [*reset.object_xy, task.object_z]
+    seen = observed_start(world, true_xyz, reset.object_yaw)
+    if seen is None:
+        raise SlipProbeError('slip probe: the object was not seen at its start')
+    view = replace(reset, object_xy=np.asarray(seen[0][:2], float), object_yaw=float(seen[1]))
+    plan = task.grasp_plan(view, lift_height(task, cfg))
+    world.reset(plan['q_above'], true_xyz, reset.object_yaw)
+    lower, upper = task.jaw.lower, task.jaw.upper
+    world.command_gripper(upper, cfg.start_effort)
+    _hold(world, plan['q_above'], c.open_time, c.waypoint_dt)
+    world.execute(*plan['descend'])
+    world.command_gripper(lower, cfg.start_effort)
+    _hold(world, plan['descend'][1][-1], c.close_time, c.waypoint_dt)
+    q_top = plan['lift'][1][-1]
+    world.execute(*plan['lift'], duration=plan['lift'][0][-1] + cfg.settle)
+    held = float(world.gripper_state()[0])
+    efforts = cfg.efforts()
+    start = (tuple(float(v) for v in view.object_xy), float(view.object_yaw))
+    if held - lower < cfg.closed_drop:
+        return SlipRun(efforts, [], held, -1, *start)
+    widths, slipped = [], None
+    for k, effort in enumerate(efforts):
+        world.command_gripper(lower, effort)
+        _hold(world, q_top, cfg.dwell, c.waypoint_dt)
+        widths.append(float(world.gripper_state()[0]))
+        if widths[-1] < held - cfg.closed_drop:
+            slipped = k
+            break
+    world.command_gripper(upper, cfg.start_effort)
+    _hold(world, q_top, c.open_time, c.waypoint_dt)
+    return SlipRun(efforts, widths, held, slipped, *start)
+
+
+def friction_error(value: float, dynamic: float, static: float) -> float:
+    """Relative error of a fitted finger friction against a cell whose friction holds
+    between ``dynamic`` and ``static`` (the same on a MuJoCo cell; on a Drake cell a slowly
+    slipping box turns dynamic: measured, the fit lands between the two): 0 inside."""
+    if dynamic <= value <= static:
+        return 0.0
+    near = dynamic if value < dynamic else static
+    return abs(value - near) / near
+
+
+@dataclass
+class FrictionFit:
+    """The twin's finger friction at which its box comes out at the cell's step."""
+
+    value: float
+    lower_95: float
+    upper_95: float
+    identified: bool
+    cell_step: int
+    twin_steps: dict = field(default_factory=dict)    # friction -> step, every twin run
+    note: str = ''
+
+    def to_dict(self) -> dict:
+        """JSON-ready record (the twin runs as [friction, step] pairs, in order)."""
+        d = asdict(self)
+        d['twin_steps'] = [[float(k), int(v)] for k, v in sorted(self.twin_steps.items())]
+        return d
+
+
+def fit_finger_friction(task, twin_world, cell: SlipRun,
+                        cfg: SlipConfig = SlipConfig()) -> FrictionFit:
+    """Bisect ``twin_world``'s (a TwinWorld) ``global/finger_friction`` for the values whose
+    probe, from the start the cell's probe was planned from, lets the box out at ``cell``'s
+    step. The twin's value is restored afterwards."""
+    from ..tasks.base import ResetSample
+    xy = np.asarray(cell.start_xy, float)
+    reset = ResetSample(xy, float(cell.start_yaw), xy.copy())
+    twin = twin_world.twin
+    saved = twin.get_parameter(PARAMETER)
+    steps: dict[float, int] = {}
+
+    def step_at(mu: float) -> int:
+        if mu not in steps:
+            twin.set_parameter(PARAMETER, mu)
+            steps[mu] = run_slip_probe(task, twin_world, reset, cfg).step
+        return steps[mu]
+
+    def smallest(target: int) -> float | None:
+        """The smallest friction in bounds whose box comes out at ``target`` or later
+        (the step grows with the friction); None when even the upper bound's comes out
+        earlier."""
+        lo, hi = (math.log(b) for b in cfg.friction_bounds)
+        if step_at(math.exp(hi)) < target:
+            return None
+        if step_at(math.exp(lo)) >= target:
+            return math.exp(lo)
+        while hi - lo > math.log1p(cfg.tolerance):
+            mid = 0.5 * (lo + hi)
+            if step_at(math.exp(mid)) >= target:
+                hi = mid
+            else:
+                lo = mid
+        return math.exp(hi)
+
+    try:
+        k = cell.step
+        low, high = smallest(k), smallest(k + 1)
+    finally:
+        twin.set_parameter(PARAMETER, saved)
+    lo_b, hi_b = cfg.friction_bounds
+    if low is None:
+        return FrictionFit(hi_b, hi_b, hi_b, False, k, steps,
+                           'the twin lets the box out earlier than the cell even at the '
+                           'upper bound')
+    if high is None:
+        note = '' if k < len(cell.efforts) else 'the cell held the box to the last step'
+        return FrictionFit(low if note else math.sqrt(low * hi_b), low, hi_b, not note, k,
+                           steps, note)
+    if k < 0 or low <= lo_b:
+        return FrictionFit(high, lo_b, high, False, k, steps,
+                           'the box came out at the first step: an upper bound only')
+    return FrictionFit(math.sqrt(low * high), low, high, True, k, steps)

@@ -1,0 +1,176 @@
+"""The finger-object friction from a controlled slip (core/grasping/slip.py) and the twin's
+``global/finger_friction`` (core/twin.py): the probe on the emulated cells of both engines,
+read back through the jaw's measured position only, and the fit that replays it in a twin
+with the cell box's mass.
+
+Measured when written (gripper cell arm, 5 cm box, seed 0 start; steps of x0.8 from 30 N):
+MuJoCo cell, box friction 0.55 / 0.21 kg: out at 3.2 N (step 9), fit 0.542 [0.484, 0.606];
+friction 0.23 / 0.244 kg: 9.8 N (step 4), 0.208 [0.186, 0.232]; 0.9 / 0.862 kg: 7.9 N,
+0.919 [0.821, 1.027]. Drake cell (static = 1.3 x dynamic), 0.22 / 0.478 kg (static 0.286):
+15.4 N (step 2), 0.260 [0.232, 0.290]. Cell probe 0.5 s (MuJoCo) / 5-6 s (Drake), fit
+6-9 s (13-15 twin probes)."""
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from real2sim2real_ros.core.cell_spec import load_cell_spec
+from real2sim2real_ros.core.grasping.jaw import PAD_FRICTION, finger_geoms
+from real2sim2real_ros.core.grasping.slip import (
+    PARAMETER,
+    SlipConfig,
+    fit_finger_friction,
+    friction_error,
+    lift_height,
+    run_slip_probe,
+)
+from real2sim2real_ros.core.parameters import UnknownParameterError
+from real2sim2real_ros.core.robot_description import (
+    default_cell_urdf,
+    gripper_cell_urdf,
+    load_robot,
+)
+from real2sim2real_ros.core.tasks import get_task
+from real2sim2real_ros.core.tasks.worlds import CellWorld, TaskObject, TwinWorld, task_scene_xml
+from real2sim2real_ros.core.twin import Twin
+from real2sim2real_ros.core.world import make_world
+
+CELLS = Path(__file__).resolve().parents[2] / 'config' / 'cells'
+
+
+@pytest.fixture(scope='module')
+def robot():
+    return load_robot(gripper_cell_urdf())
+
+
+@pytest.fixture(scope='module')
+def task(robot):
+    return get_task('gentle_pick_and_place', robot)
+
+
+def _twin(robot, task, mass):
+    obj = TaskObject(task.object_id, tuple(task.cfg.object_size), mass, 0.5)
+    return Twin(robot, task_scene_xml(obj))
+
+
+def test_the_twin_names_the_finger_friction(robot, task):
+    twin = _twin(robot, task, 0.2)
+    pads = finger_geoms(twin.model, robot)
+    assert len(pads) >= 2 and PARAMETER in twin.parameter_names()
+    assert twin.get_parameter(PARAMETER) == pytest.approx(PAD_FRICTION)
+    saved = twin.snapshot()
+    twin.set_parameter(PARAMETER, 0.3)
+    assert np.allclose(twin.model.geom_friction[pads, 0], 0.3)
+    # The grasp recipe keeps the identified value, not its default.
+    world = TwinWorld(twin, task.object_id)
+    world.prepare_grasping()
+    assert np.allclose(twin.model.geom_friction[pads, 0], 0.3)
+    assert twin.model.geom_priority[pads[0]] > twin.model.geom_priority[
+        twin.model.geom(f'object/{task.object_id}').id]
+    twin.restore(saved)
+    assert twin.get_parameter(PARAMETER) == pytest.approx(PAD_FRICTION)
+    with pytest.raises(ValueError, match='finger_friction'):
+        twin.set_parameter(PARAMETER, -0.1)
+    arm = Twin(load_robot(default_cell_urdf()), task_scene_xml(TaskObject('box_0', (0.05,) * 3)))
+    assert PARAMETER not in arm.parameter_names()
+    with pytest.raises(UnknownParameterError, match='no gripper fingers'):
+        arm.set_parameter(PARAMETER, 0.5)
+
+
+def test_the_probe_steps_and_its_errors(task):
+    efforts = SlipConfig().efforts()
+    assert efforts[0] == pytest.approx(24.0) and efforts[-1] >= 0.25
+    assert np.allclose(np.diff(np.log(efforts)), np.log(0.8))
+    assert len(efforts) == 21     # 30 N x 0.8^k down to 0.25 N
+    for bad, msg in (({'ratio': 1.0}, 'ratio'), ({'min_effort': 40.0}, 'min_effort'),
+                     ({'friction_bounds': (0.5, 0.1)}, 'friction_bounds')):
+        with pytest.raises(ValueError, match=msg):
+            SlipConfig(**bad)
+    # The box, fallen out, lands below the pads: 5 cm box, pads from 1 cm above the table.
+    assert lift_height(task) > task.cfg.object_size[2] - 0.01
+
+
+def _cell(engine, task, friction, mass):
+    data = yaml.safe_load((CELLS / 'gripper.yaml').read_text())
+    data['cameras'] = []
+    data['engine'] = engine
+    data['objects'] = [dict(copy.deepcopy(data['objects'][0]), id=task.object_id,
+                            size=list(task.cfg.object_size), mass=mass,
+                            friction=[friction, 0.005, 0.0001])]
+    return make_world(load_cell_spec(data))
+
+
+@pytest.mark.parametrize('engine,friction,mass,static', [
+    ('mujoco', 0.55, 0.21, 0.55), ('mujoco', 0.23, 0.244, 0.23),
+    ('drake', 0.22, 0.478, 0.22 * 1.3)])
+def test_the_fit_finds_the_cells_friction(robot, task, engine, friction, mass, static):
+    """The twin, given the cell box's mass, needs the finger friction that holds like the
+    cell's box: the fitted interval (one step's ratio wide) meets the cell's friction
+    (between the dynamic and the static one on Drake: a slowly slipping box turns dynamic)."""
+    reset = task.sample_reset(np.random.default_rng(0))
+    world = _cell(engine, task, friction, mass)
+    try:
+        run = run_slip_probe(task, CellWorld(world, task.object_id), reset)
+    finally:
+        world.close()
+    assert run.slipped_at is not None and run.slipped_at >= 1, run
+    assert run.held_width == pytest.approx(task.cfg.object_size[0] / 2, abs=0.002)
+    assert run.widths[-1] < run.held_width - 0.004 <= min(run.widths[:-1])
+    # 2 mu F < m g when it came out; the step before still held it.
+    assert 2 * static * run.slip_effort < 2.0 * mass * 9.81
+    fit = fit_finger_friction(task, TwinWorld(_twin(robot, task, mass), task.object_id), run)
+    assert fit.identified and fit.cell_step == run.slipped_at
+    assert fit.lower_95 <= static and fit.upper_95 >= friction, fit
+    assert fit.upper_95 / fit.lower_95 < 1.0 / 0.8 * 1.03      # one step wide
+    assert friction_error(fit.value, friction, static) < 0.15
+    assert friction_error(0.5 * friction, friction, static) == pytest.approx(0.5)
+
+
+def test_the_harness_identifies_the_grip_through_the_tracker(robot, task):
+    """The harness's stage (evaluation/identification.identify_grip): the probe on a cell
+    behind a strict truth door, the grasp planned from the depth tracker's start, the fit
+    in the twin; no truth is read (the door would raise), the estimate meets the box's."""
+    from types import SimpleNamespace
+
+    from real2sim2real_ros.core.evaluation.harness import HarnessConfig
+    from real2sim2real_ros.core.evaluation.identification import identify_grip
+    from real2sim2real_ros.core.object_tracking import TrackedObjectModel
+    from real2sim2real_ros.core.truth import TruthDoor
+    data = yaml.safe_load((CELLS / 'gripper.yaml').read_text())
+    size = list(task.cfg.object_size)
+    data['objects'] = [dict(copy.deepcopy(data['objects'][0]), id='box_0', size=size,
+                            mass=0.3, friction=[0.3, 0.005, 0.0001],
+                            pose={'xyz': [0.45, -0.10], 'yaw': 0.0})]
+    spec = load_cell_spec(data)
+    world = make_world(spec, truth=TruthDoor(strict=True))
+    models = [TrackedObjectModel('box_0', tuple(size), 'box', (0.45, -0.10), 0.0)]
+    try:
+        out = identify_grip(world, robot, HarnessConfig(task='gentle_pick_and_place', seed=1),
+                            task, _twin(robot, task, 0.3), SimpleNamespace(id='box_0'),
+                            spec.table.height, 0.0, models)
+        assert world.truth.report()['leaks'] == []
+    finally:
+        world.close()
+    est = out['estimate']
+    assert est.name == PARAMETER and est.identified and est.prior == pytest.approx(1.0)
+    assert est.lower_95 <= 0.3 <= est.upper_95, out['fit']
+    assert out['cell']['slip_effort'] is not None
+
+
+def test_slip_test_cli_names_bad_input_and_runs(capsys, tmp_path):
+    from real2sim2real_ros.cli.main import main as r2s2r
+    assert r2s2r(['slip-test', '--engines', 'bullet']) == 2
+    assert "--engines: choose from ['mujoco', 'drake']" in capsys.readouterr().err
+    assert r2s2r(['slip-test', '--frictions', '0.5,-1']) == 2
+    assert '--frictions: values in (0, 2]' in capsys.readouterr().err
+    assert r2s2r(['slip-test', '--task', 'slide_to_target']) == 2
+    assert '--task slide_to_target: not a grasping task' in capsys.readouterr().err
+    out = tmp_path / 'slip.json'
+    assert r2s2r(['slip-test', '--engines', 'mujoco', '--frictions', '0.9', '--mass', '0.862',
+                  '--out', str(out)]) == 0
+    import json
+    rec = json.loads(out.read_text())['results'][0]
+    assert rec['covered'] and rec['fit']['identified'], rec
+    assert rec['cell']['slip_effort'] == pytest.approx(7.864, abs=1e-3)   # step 5
