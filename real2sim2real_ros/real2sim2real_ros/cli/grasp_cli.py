@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import math
 import sys
 import time
@@ -267,7 +268,8 @@ def add_slip_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument('--frictions', default='0.2,0.35,0.55,0.9',
                    help="comma-separated box frictions (the cells' dynamic; Drake's static "
                         'is drake.static_friction_ratio x it)')
-    p.add_argument('--mass', type=float, default=0.21, help='box mass, kg (default 0.21)')
+    p.add_argument('--masses', default='0.21', help='comma-separated box masses, kg (each '
+                   'with each friction; default 0.21)')
     p.add_argument('--seed', type=int, default=0, help='seed of the start pose')
     p.add_argument('--out', default='', help='write the results as JSON here')
     p.set_defaults(func=cmd_slip_test)
@@ -276,31 +278,21 @@ def add_slip_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_slip(args) -> dict:
     """The slip test for the parsed ``args``; returns the JSON-ready record."""
-    import copy
-
     import numpy as np
     import yaml
 
-    from ..core.cell_spec import load_cell_spec
-    from ..core.grasping.slip import (
-        SlipConfig,
-        fit_finger_friction,
-        friction_error,
-        run_slip_probe,
-    )
+    from ..core.grasping.slip import SlipConfig
     from ..core.robot_description import load_robot
     from ..core.tasks import get_task
-    from ..core.tasks.worlds import CellWorld, TaskObject, TwinWorld, task_scene_xml
-    from ..core.twin import Twin
-    from ..core.world import make_world
     engines = [e.strip() for e in args.engines.split(',') if e.strip()]
     if not engines or set(engines) - {'mujoco', 'drake'}:
         raise ValueError(f"--engines: choose from ['mujoco', 'drake'], got {args.engines!r}")
     frictions = [float(v) for v in args.frictions.split(',') if v.strip()]
     if not frictions or not all(0 < f <= 2 for f in frictions):
         raise ValueError(f'--frictions: values in (0, 2] expected, got {args.frictions!r}')
-    if not (math.isfinite(args.mass) and args.mass > 0):
-        raise ValueError(f'--mass: must be > 0 kg, got {args.mass}')
+    masses = [float(v) for v in args.masses.split(',') if v.strip()]
+    if not masses or not all(math.isfinite(m) and m > 0 for m in masses):
+        raise ValueError(f'--masses: values > 0 kg expected, got {args.masses!r}')
     urdf = _robot_urdf(args.robot)
     robot = load_robot(urdf)
     task = get_task(args.task, robot)
@@ -316,44 +308,62 @@ def run_slip(args) -> dict:
     base['robot'] = dict(base['robot'], urdf=urdf)
     cfg = SlipConfig()
     reset = task.sample_reset(np.random.default_rng(args.seed))
-    size = tuple(task.cfg.object_size)
-    results = []
-    for engine in engines:
-        for friction in frictions:
-            spec = dict(copy.deepcopy(base), engine=engine)
-            spec['objects'] = [dict(boxes[0], id=task.object_id, size=list(size),
-                                    mass=args.mass, friction=[friction, 0.005, 0.0001])]
-            cell_spec = load_cell_spec(spec)
-            static = friction * (cell_spec.drake.static_friction_ratio
-                                 if engine == 'drake' else 1.0)
-            t0 = time.monotonic()
-            world = make_world(cell_spec)
-            try:
-                run = run_slip_probe(task, CellWorld(world, task.object_id), reset, cfg)
-            finally:
-                world.close()
-            t1 = time.monotonic()
-            twin = Twin(robot, task_scene_xml(TaskObject(task.object_id, size, args.mass)))
-            fit = fit_finger_friction(task, TwinWorld(twin, task.object_id), run, cfg)
-            twin.close()
-            results.append({'engine': engine, 'box_friction': friction,
-                            'static_friction': static, 'mass': args.mass,
-                            'cell': run.to_dict(), 'fit': fit.to_dict(),
-                            'covered': bool(fit.lower_95 <= static and
-                                            fit.upper_95 >= friction),
-                            'relative_error': friction_error(fit.value, friction, static),
-                            'cell_s': round(t1 - t0, 2),
-                            'fit_s': round(time.monotonic() - t1, 2)})
-            slip = run.slip_effort
-            print(f'{engine:<7} friction {friction:.2f} (static {static:.3f}): out at '
-                  f"{'-' if slip is None else f'{slip:.2f} N'}; twin finger friction "
-                  f'{fit.value:.3f} [{fit.lower_95:.3f}, {fit.upper_95:.3f}]'
-                  f"{'' if fit.identified else ' (bound: ' + fit.note + ')'}",
-                  file=sys.stderr)
+    results = [_slip_case(robot, task, base, boxes[0], engine, mass, friction, reset, cfg)
+               for engine, mass, friction in itertools.product(engines, masses, frictions)]
     return {'task': task.name, 'robot': args.robot, 'cell': args.cell or
             'config/cells/gripper.yaml', 'observation_source': 'truth', 'seed': args.seed,
             'config': dataclasses.asdict(cfg), 'twin_mass': 'the cell box\'s (given)',
             'results': results, 'command': 'r2s2r slip-test ' + ' '.join(sys.argv[2:])}
+
+
+def _slip_case(robot, task, base, box, engine, mass, friction, reset, cfg) -> dict:
+    """One cell of the slip test: the probe on it, the fit in a twin given its box's mass,
+    the held mass from the arm's efforts; printed and returned as a JSON-ready record."""
+    import copy
+
+    from ..core.cell_spec import load_cell_spec
+    from ..core.grasping.slip import (
+        fit_finger_friction,
+        friction_error,
+        held_mass,
+        run_slip_probe,
+    )
+    from ..core.tasks.worlds import CellWorld, TaskObject, TwinWorld, task_scene_xml
+    from ..core.twin import Twin
+    from ..core.world import make_world
+    size = tuple(task.cfg.object_size)
+    spec = dict(copy.deepcopy(base), engine=engine)
+    spec['objects'] = [dict(box, id=task.object_id, size=list(size), mass=mass,
+                            friction=[friction, 0.005, 0.0001])]
+    cell_spec = load_cell_spec(spec)
+    static = friction * (cell_spec.drake.static_friction_ratio if engine == 'drake' else 1.0)
+    t0 = time.monotonic()
+    world = make_world(cell_spec)
+    try:
+        run = run_slip_probe(task, CellWorld(world, task.object_id), reset, cfg)
+    finally:
+        world.close()
+    t1 = time.monotonic()
+    twin = Twin(robot, task_scene_xml(TaskObject(task.object_id, size, mass)))
+    try:
+        fit = fit_finger_friction(task, TwinWorld(twin, task.object_id), run, cfg)
+    finally:
+        twin.close()
+    held = held_mass(robot, run)
+    slip = run.slip_effort
+    print(f'{engine:<7} {mass:.3f} kg, friction {friction:.2f} (static {static:.3f}): out at '
+          f"{'-' if slip is None else f'{slip:.2f} N'}; twin finger friction "
+          f'{fit.value:.3f} [{fit.lower_95:.3f}, {fit.upper_95:.3f}]'
+          f"{'' if fit.identified else ' (bound: ' + fit.note + ')'}; held mass "
+          f"{'-' if held is None else f'{held[0]:.3f} +- {held[1]:.3f} kg'}", file=sys.stderr)
+    return {'engine': engine, 'box_friction': friction, 'static_friction': static,
+            'mass': mass, 'cell': run.to_dict(), 'fit': fit.to_dict(),
+            'covered': bool(fit.lower_95 <= static and fit.upper_95 >= friction),
+            'relative_error': friction_error(fit.value, friction, static),
+            'held_mass': None if held is None else list(held),
+            'held_mass_covered': None if held is None else
+            bool(abs(held[0] - mass) <= held[1]),
+            'cell_s': round(t1 - t0, 2), 'fit_s': round(time.monotonic() - t1, 2)}
 
 
 def cmd_slip_test(args) -> int:

@@ -469,6 +469,10 @@ class Twin:
         """The arm's joint positions (rad)."""
         return self.data.qpos[self._qadr].copy()
 
+    def joint_efforts(self) -> np.ndarray:
+        """The arm's actuator efforts (N m, the servo's: gravity compensation apart)."""
+        return self.data.actuator_force[self._act].copy()
+
     # ------------------------------------------------------------------ rollouts
     def _initial_state(self, q0, qd0, object_poses) -> np.ndarray:
         m = self.model

@@ -409,6 +409,7 @@ def _identify_grip(world, robot, cfg, task, twin, found, recon, frame_yaw, truth
                        'covered': bool(est.lower_95 <= static and est.upper_95 >= dyn),
                        'pinned': bool(est.identified and est.half_width
                                       <= PINNED_HALF_WIDTH * est.value)})
+    grip['held_mass_truth'] = truth[f'body/{oid}/mass']
     seconds['identify_grip'] = time.perf_counter() - t
     return grip
 

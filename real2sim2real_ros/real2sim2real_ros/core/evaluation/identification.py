@@ -339,8 +339,15 @@ def identify_grip(world, robot, cfg, task, twin, found, table_height: float, fra
     placed by the evaluator, the grasp planned from the tracked start when ``cfg.observation``
     is 'tracker'), then the fit in ``twin`` (the identified twin: a core.twin.Twin with the
     task's scene). Returns {'estimate': ParameterEstimate, 'cell': SlipRun record, 'fit':
-    FrictionFit record}."""
-    from ..grasping.slip import PARAMETER, SlipConfig, fit_finger_friction, run_slip_probe
+    FrictionFit record, 'held_mass': [kg, 95% half-width] from the arm's efforts or None;
+    reported, not given to the twin yet}."""
+    from ..grasping.slip import (
+        PARAMETER,
+        SlipConfig,
+        fit_finger_friction,
+        held_mass,
+        run_slip_probe,
+    )
     from ..parameters import ParameterEstimate
     from ..tasks.worlds import CellWorld, TwinWorld
     observer = None
@@ -356,4 +363,6 @@ def identify_grip(world, robot, cfg, task, twin, found, table_height: float, fra
     fit = fit_finger_friction(task, TwinWorld(twin, found.id), run, slip_cfg)
     est = ParameterEstimate(PARAMETER, fit.value, fit.lower_95, fit.upper_95, prior, '1',
                             fit.identified)
-    return {'estimate': est, 'cell': run.to_dict(), 'fit': fit.to_dict()}
+    mass = held_mass(robot, run)
+    return {'estimate': est, 'cell': run.to_dict(), 'fit': fit.to_dict(),
+            'held_mass': None if mass is None else list(mass)}

@@ -13,6 +13,13 @@ than ``closed_drop``. What a real cell gives is enough: the measured jaw positio
 driven finger in ``/joint_states``) and the tracked start pose the grasp is planned from.
 The result is the step at which the box came out (None: it held down to ``min_effort``).
 
+The held mass comes with it (:func:`held_mass`): the arm's measured joint efforts averaged
+over ``effort_window`` s while it holds the lifted box still, and again at the same pose after
+the jaw has opened (the box gone); their difference is the box's weight seen through the
+arm, m g J_z(q)^T at the grasp centre, solved for m by least squares over the joints. A
+servo with dry joint friction takes part of a static load change up in its joints: the
+estimate carries that error.
+
 The fit (:func:`fit_finger_friction`) replays the same probe in the twin (its identified mass
 and every other value; the grasp contact recipe of core/grasping/jaw.twin_grasp_contacts,
 where ``global/finger_friction`` rules every finger-object contact) and bisects, in log
@@ -53,6 +60,7 @@ class SlipConfig:
     lift_margin: float = 0.02      # m between the fallen box's top and the pads' lower ends
     closed_drop: float = 0.004     # m the jaw closes past its holding width: the box is out
     settle: float = 0.3            # s after the lift, before the first step
+    effort_window: float = 0.3     # s of joint efforts averaged, held and empty
     friction_bounds: tuple[float, float] = (0.05, 3.0)   # the fit's search range
     tolerance: float = 0.02        # relative, the bisection's on the friction
 
@@ -85,6 +93,9 @@ class SlipRun:
     slipped_at: int | None
     start_xy: tuple[float, float] = (0.0, 0.0)
     start_yaw: float = 0.0
+    hold_q: list[float] = field(default_factory=list)          # rad, the arm while holding
+    held_efforts: list[float] = field(default_factory=list)    # N m, mean, box held
+    empty_efforts: list[float] = field(default_factory=list)   # N m, mean, jaw open after
 
     @property
     def step(self) -> int:
@@ -116,6 +127,43 @@ def _hold(world, q, duration: float, dt: float) -> None:
     world.execute(np.array([dt]), np.asarray(q)[None], None, duration)
 
 
+def _efforts(world, q, duration: float, dt: float) -> tuple[list, list]:
+    """The arm held at ``q`` for ``duration`` s: its mean measured (joint positions, joint
+    efforts) over that time, sampled every ``dt`` s."""
+    qs, taus = [], []
+    for _ in range(max(1, int(round(duration / dt)))):
+        _hold(world, q, dt, dt)
+        qs.append(world.joint_positions())
+        taus.append(world.joint_efforts())
+    return np.mean(qs, axis=0).tolist(), np.mean(taus, axis=0).tolist()
+
+
+def held_mass(robot, run: SlipRun, gravity: float = 9.81) -> tuple[float, float] | None:
+    """The held box's mass and the half-width of its 95% interval (kg) from ``run``'s
+    efforts (module docstring; the interval from the least-squares residual over the
+    joints: dry joint friction shows there); None when the probe has no efforts (the box
+    was out before the lift ended)."""
+    if not run.held_efforts or not run.empty_efforts:
+        return None
+    import mujoco
+    model, data = robot._kinematics()
+    data.qpos[:] = model.qpos0
+    data.qpos[robot.qpos_indices(model)] = run.hold_q
+    mujoco.mj_kinematics(model, data)
+    mujoco.mj_comPos(model, data)
+    tip = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, robot.tip_link)
+    jacp = np.zeros((3, model.nv))
+    mujoco.mj_jac(model, data, jacp, None, data.xpos[tip], tip)
+    dofs = [int(model.jnt_dofadr[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n)])
+            for n in robot.joint_names]
+    a = gravity * jacp[2, dofs]
+    d = np.asarray(run.held_efforts) - np.asarray(run.empty_efforts)
+    m = float(d @ a / (a @ a))
+    dof = max(len(d) - 1, 1)
+    sigma = math.sqrt(float(np.sum((d - m * a) ** 2)) / dof / float(a @ a))
+    return m, 1.96 * sigma
+
+
 def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRun:
     """The probe on ``world`` for ``task`` (a PickAndPlace) with the box placed at ``reset``'s
     start: planned from the observed start (tracked on a cell with an observer), read back
@@ -144,6 +192,7 @@ def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRu
     start = (tuple(float(v) for v in view.object_xy), float(view.object_yaw))
     if held - lower < cfg.closed_drop:
         return SlipRun(efforts, [], held, -1, *start)
+    hold_q, held_tau = _efforts(world, q_top, cfg.effort_window, c.waypoint_dt)
     widths, slipped = [], None
     for k, effort in enumerate(efforts):
         world.command_gripper(lower, effort)
@@ -154,7 +203,8 @@ def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRu
             break
     world.command_gripper(upper, cfg.start_effort)
     _hold(world, q_top, c.open_time, c.waypoint_dt)
-    return SlipRun(efforts, widths, held, slipped, *start)
+    _, empty_tau = _efforts(world, q_top, cfg.effort_window, c.waypoint_dt)
+    return SlipRun(efforts, widths, held, slipped, *start, hold_q, held_tau, empty_tau)
 
 
 def friction_error(value: float, dynamic: float, static: float) -> float:

@@ -250,6 +250,10 @@ class TwinWorld:
         """The arm's joint positions (rad)."""
         return self.twin.joint_positions()
 
+    def joint_efforts(self) -> np.ndarray:
+        """The arm's actuator efforts (N m)."""
+        return self.twin.joint_efforts()
+
 
 class CellWorld:
     """An EmulatedWorld (the stand-in for the physical cell) as a task backend.
@@ -372,3 +376,7 @@ class CellWorld:
     def joint_positions(self) -> np.ndarray:
         """The arm's measured joint positions (rad)."""
         return self.world.joint_positions()
+
+    def joint_efforts(self) -> np.ndarray:
+        """The arm's measured joint efforts (N m, /joint_states)."""
+        return self.world.joint_efforts()
