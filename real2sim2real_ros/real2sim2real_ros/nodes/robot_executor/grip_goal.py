@@ -31,7 +31,7 @@ from .supervision import (
     Execution,
     finish_goal,
     goal_server,
-    run_guarded,
+    run_goal,
 )
 
 Result = Grip.Result
@@ -47,24 +47,23 @@ class GripGoals:
         self.server = goal_server(node, Grip, '~/grip', self.execute, callback_group)
 
     def execute(self, goal_handle):
-        n = self.node
         result = Result()
-        ex, refused = n.claim(goal_handle, Result)
-        if ex is None:
-            return self._finish(goal_handle, result, *refused)
-        t_start = time.monotonic()
-        code, message = run_guarded(n, ex, 'grip', Result.BACKEND_UNAVAILABLE,
-                                    lambda: self._run(goal_handle, ex, result))
-        result.duration = time.monotonic() - t_start
-        n.recorder.close_bag(ex, result)
-        if ex.stage is not None:
-            n.recorder.finish(ex.stage, {
-                'error_code': int(code), 'error_name': ERROR_NAMES.get(code, str(code)),
-                'error_msg': message, 'position': result.position, 'effort': result.effort,
-                'stalled': result.stalled, 'reached_goal': result.reached_goal,
-                'duration': result.duration, 'bag_path': result.bag_path,
-                'recording_problem': ex.bag_error}, result.bag_path)
-        return self._finish(goal_handle, result, code, message)
+
+        def body(ex):
+            t_start = time.monotonic()
+            try:
+                return self._run(goal_handle, ex, result)
+            finally:
+                result.duration = time.monotonic() - t_start
+        return run_goal(self.node, goal_handle, result, 'grip', Result.BACKEND_UNAVAILABLE,
+                        body, lambda ex, code, message: {
+                            'error_code': int(code),
+                            'error_name': ERROR_NAMES.get(code, str(code)),
+                            'error_msg': message, 'position': result.position,
+                            'effort': result.effort, 'stalled': result.stalled,
+                            'reached_goal': result.reached_goal,
+                            'duration': result.duration, 'bag_path': result.bag_path,
+                            'recording_problem': ex.bag_error}, self._finish)
 
     def _finish(self, goal_handle, result, code, message):
         return finish_goal(self.node, goal_handle, result, code, message, ERROR_NAMES, 'grip',

@@ -38,7 +38,7 @@ from .supervision import (
     finish_goal,
     finite_or,
     goal_server,
-    run_guarded,
+    run_goal,
 )
 
 Result = ExecutePolicy.Result
@@ -91,20 +91,16 @@ class PolicyGoals:
     def execute(self, goal_handle):
         n = self.node
         result = Result()
-        ex, refused = n.claim(goal_handle, Result)
-        if ex is None:
-            return self._finish(goal_handle, result, *refused)
         run = PolicyRun()
-        code, message = run_guarded(n, ex, 'policy execution', Result.STOPPED,
-                                    lambda: self._run(goal_handle, ex, result, run))
-        stage = ex.stage
-        n.recorder.close_bag(ex, result)
-        result.steps = int(run.episode.steps) if run.episode is not None else 0
-        result.duration = float(n.now() - run.t_start) if run.t_start is not None else 0.0
-        if stage is not None:
-            n.recorder.finish(stage, _manifest_results(ex, run, result, code, message),
-                              result.bag_path)
-        return self._finish(goal_handle, result, code, message)
+
+        def after(_ex):
+            result.steps = int(run.episode.steps) if run.episode is not None else 0
+            result.duration = float(n.now() - run.t_start) if run.t_start is not None else 0.0
+        return run_goal(n, goal_handle, result, 'policy execution', Result.STOPPED,
+                        lambda ex: self._run(goal_handle, ex, result, run),
+                        lambda ex, code, message: _manifest_results(ex, run, result, code,
+                                                                    message),
+                        self._finish, after=after)
 
     def _finish(self, goal_handle, result, code, message):
         return finish_goal(self.node, goal_handle, result, code, message, ERROR_NAMES,

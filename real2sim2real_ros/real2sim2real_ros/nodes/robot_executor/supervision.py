@@ -162,3 +162,23 @@ def run_guarded(node, ex: Execution, what: str, internal_code: int, body):
         return internal_code, f'internal error: {exc}; holding position'
     finally:
         node.release()
+
+
+def run_goal(node, goal_handle, result, what: str, internal_code: int, body, manifest, finish,
+             after=None):
+    """The frame every executor goal runs in: claimed (NOT_ARMED / BUSY otherwise, ended
+    through ``finish``), ``body(ex)`` -> (code, message) under :func:`run_guarded`, the bag
+    closed into ``result``, ``after(ex)`` (the result's own figures), the manifest
+    ``manifest(ex, code, message)`` of the stage the goal opened (if it opened one), then
+    ``finish(goal_handle, result, code, message)``."""
+    ex, refused = node.claim(goal_handle, type(result))
+    if ex is None:
+        return finish(goal_handle, result, *refused)
+    code, message = run_guarded(node, ex, what, internal_code, lambda: body(ex))
+    stage = ex.stage
+    node.recorder.close_bag(ex, result)
+    if after is not None:
+        after(ex)
+    if stage is not None:
+        node.recorder.finish(stage, manifest(ex, code, message), result.bag_path)
+    return finish(goal_handle, result, code, message)

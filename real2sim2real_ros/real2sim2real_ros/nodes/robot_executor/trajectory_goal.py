@@ -28,7 +28,7 @@ from .supervision import (
     finish_goal,
     finite_or,
     goal_server,
-    run_guarded,
+    run_goal,
 )
 
 Result = ExecuteTrajectory.Result
@@ -50,28 +50,21 @@ class TrajectoryGoals:
                                   callback_group)
 
     def execute(self, goal_handle):
-        n = self.node
         result = Result()
-        ex, refused = n.claim(goal_handle, Result)
-        if ex is None:
-            return self._finish(goal_handle, result, *refused)
-        code, message = run_guarded(n, ex, 'execution', Result.BACKEND_UNAVAILABLE,
-                                    lambda: self._run(goal_handle, ex))
-        stage = ex.stage
-        n.recorder.close_bag(ex, result)
-        self._fill_stats(ex, result)
-        if stage is not None:
-            n.recorder.finish(stage, {
-                'error_code': int(code), 'error_name': ERROR_NAMES.get(code, str(code)),
+        return run_goal(self.node, goal_handle, result, 'execution',
+                        Result.BACKEND_UNAVAILABLE, lambda ex: self._run(goal_handle, ex),
+                        lambda ex, code, message: self._manifest(ex, result, code, message),
+                        self._finish, after=lambda ex: self._fill_stats(ex, result))
+
+    def _manifest(self, ex, result, code, message) -> dict:
+        return {'error_code': int(code), 'error_name': ERROR_NAMES.get(code, str(code)),
                 'error_msg': message,
                 'max_tracking_error': result.max_tracking_error,
                 'rms_tracking_error': result.rms_tracking_error,
                 'final_error': result.final_error, 'duration': result.duration,
                 'bag_path': result.bag_path, 'recording_problem': ex.bag_error,
                 'worst_joint': ex.worst_joint, 'tracking_samples': ex.samples,
-                **n.recorder.state_summary(ex),
-            }, result.bag_path)
-        return self._finish(goal_handle, result, code, message)
+                **self.node.recorder.state_summary(ex)}
 
     def _finish(self, goal_handle, result, code, message):
         return finish_goal(self.node, goal_handle, result, code, message, ERROR_NAMES,
