@@ -324,6 +324,7 @@ def _slip_case(robot, task, base, box, engine, mass, friction, reset, cfg) -> di
     from ..core.cell_spec import load_cell_spec
     from ..core.grasping.slip import (
         fit_finger_friction,
+        friction_covered,
         friction_error,
         held_mass,
         run_slip_probe,
@@ -358,7 +359,7 @@ def _slip_case(robot, task, base, box, engine, mass, friction, reset, cfg) -> di
           f"{'-' if held is None else f'{held[0]:.3f} +- {held[1]:.3f} kg'}", file=sys.stderr)
     return {'engine': engine, 'box_friction': friction, 'static_friction': static,
             'mass': mass, 'cell': run.to_dict(), 'fit': fit.to_dict(),
-            'covered': bool(fit.lower_95 <= static and fit.upper_95 >= friction),
+            'covered': friction_covered(fit.lower_95, fit.upper_95, friction, static),
             'relative_error': friction_error(fit.value, friction, static),
             'held_mass': None if held is None else list(held),
             'held_mass_covered': None if held is None else

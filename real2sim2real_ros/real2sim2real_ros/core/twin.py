@@ -185,8 +185,6 @@ class Twin:
         self.latency = 0.0
         self.gravity_compensation = 1.0
         self._fingers = _finger_geoms(m, robot)
-        self.finger_friction = (float(m.geom_friction[self._fingers[0], 0])
-                                if self._fingers else 0.0)
         self._pools: dict[int, mujoco.rollout.Rollout] = {}
         self._datas: list[mujoco.MjData] = []
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -259,6 +257,8 @@ class Twin:
     def _read(self, model: mujoco.MjModel, f: _Field, extra: dict) -> float:
         i = f.index
         if f.kind == 'global':
+            if f.field == 'finger_friction':    # read off the pads: no state beside them
+                return float(model.geom_friction[self._fingers[0], 0])
             return float(extra[f.field])
         if f.kind == 'body':
             if f.field == 'mass':
@@ -285,11 +285,12 @@ class Twin:
         if f.kind == 'global':
             if value < 0:
                 raise ValueError(f'global/{f.field} must be >= 0, got {value}')
+            if f.field == 'finger_friction':
+                model.geom_friction[self._fingers, 0] = value
+                return
             extra[f.field] = value
             if f.field == 'gravity_compensation':
                 model.body_gravcomp[self._robot_bodies] = self._gravcomp0 * value
-            elif f.field == 'finger_friction':
-                model.geom_friction[self._fingers, 0] = value
             return
         if f.kind == 'body':
             if f.field == 'mass':
@@ -335,8 +336,7 @@ class Twin:
 
     def _extra(self) -> dict:
         return {'command_latency': self.latency,
-                'gravity_compensation': self.gravity_compensation,
-                'finger_friction': self.finger_friction}
+                'gravity_compensation': self.gravity_compensation}
 
     def get_parameter(self, name: str) -> float:
         """Current value of twin parameter ``name`` (SI units)."""
@@ -365,7 +365,6 @@ class Twin:
                 raise ValueError(f'parameter {n!r}: {exc}') from None
         self.latency = extra['command_latency']
         self.gravity_compensation = extra['gravity_compensation']
-        self.finger_friction = extra['finger_friction']
 
     def snapshot(self) -> dict:
         """What set_parameters may change (model arrays and the latency / gravity
@@ -375,7 +374,6 @@ class Twin:
         saved = {f: getattr(self.model, f).copy() for f in _WRITTEN_FIELDS}
         saved['latency'], saved['gravity_compensation'] = self.latency, \
             self.gravity_compensation
-        saved['finger_friction'] = self.finger_friction
         return saved
 
     def restore(self, saved: dict) -> None:
@@ -384,7 +382,6 @@ class Twin:
             getattr(self.model, f)[...] = saved[f]
         self.latency, self.gravity_compensation = saved['latency'], \
             saved['gravity_compensation']
-        self.finger_friction = saved['finger_friction']
 
     def fork(self) -> Twin:
         """A twin with this one's model (a copy, parameters as set now) and rollout workers

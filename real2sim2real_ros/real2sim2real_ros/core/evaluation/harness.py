@@ -289,9 +289,10 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
         goals['expert_overrides']['demo_mass'] = float(used[mass_name])
         goals['record']['expert_mass'] = float(used[mass_name])
         if grip is not None:
-            scale = grip['estimate'].value / grip['estimate'].prior
-            goals['expert_overrides']['finger_friction'] = task0.cfg.finger_friction * scale
-            goals['record']['expert_finger_friction'] = task0.cfg.finger_friction * scale
+            est = grip['estimate']
+            assumed = task0.cfg.finger_friction * est.value / est.prior
+            goals['expert_overrides']['finger_friction'] = assumed
+            goals['record']['expert_finger_friction'] = assumed
     seconds['goals'] = time.perf_counter() - t
     task_over.update(goals['overrides'])
     task, twin_n, inputs_n = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
@@ -388,7 +389,7 @@ def _identify_grip(world, robot, cfg, task, twin, found, recon, frame_yaw, truth
     """The finger-object friction (evaluation/identification.identify_grip) into the
     identified parameters (``ps``, ``used``, ``twin``) and a parameter row scored against
     the cell object's friction (its static one on a Drake cell: what holds a grasp)."""
-    from ..grasping.slip import friction_error
+    from ..grasping.slip import friction_covered, friction_error
     from .identification import identify_grip
     from .object_identification import tracked_models
     t = time.perf_counter()
@@ -406,7 +407,7 @@ def _identify_grip(world, robot, cfg, task, twin, found, recon, frame_yaw, truth
                        'identified': est.identified, 'truth': dyn, 'truth_static': static,
                        'truth_is': "the cell object's friction (dynamic; static on Drake)",
                        'relative_error': friction_error(est.value, dyn, static),
-                       'covered': bool(est.lower_95 <= static and est.upper_95 >= dyn),
+                       'covered': friction_covered(est.lower_95, est.upper_95, dyn, static),
                        'pinned': bool(est.identified and est.half_width
                                       <= PINNED_HALF_WIDTH * est.value)})
     grip['held_mass_truth'] = truth[f'body/{oid}/mass']

@@ -217,6 +217,12 @@ def friction_error(value: float, dynamic: float, static: float) -> float:
     return abs(value - near) / near
 
 
+def friction_covered(lower: float, upper: float, dynamic: float, static: float) -> bool:
+    """True when the interval [lower, upper] meets the cell's friction range [dynamic,
+    static] (see :func:`friction_error`)."""
+    return bool(lower <= static and upper >= dynamic)
+
+
 @dataclass
 class FrictionFit:
     """The twin's finger friction at which its box comes out at the cell's step."""

@@ -172,7 +172,8 @@ class TwinWorld:
         from ..grasping.jaw import MujocoJaw, twin_grasp_contacts
         robot = self.twin.robot
         jaw = MujocoJaw(self.twin.model, robot)
-        twin_grasp_contacts(self.twin.model, robot, friction=self.twin.finger_friction)
+        twin_grasp_contacts(self.twin.model, robot,
+                            friction=self.twin.get_parameter('global/finger_friction'))
         jaw.reset(jaw.state(self.twin.data)[0])
         self._jaw = jaw
 
