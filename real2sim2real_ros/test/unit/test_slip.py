@@ -153,8 +153,9 @@ def test_the_harness_identifies_the_grip_through_the_tracker(robot, task):
     world = make_world(spec, truth=TruthDoor(strict=True))
     models = [TrackedObjectModel('box_0', tuple(size), 'box', (0.45, -0.10), 0.0)]
     try:
+        twin = _twin(robot, task, 0.15)      # the strikes' mass, half the box's
         out = identify_grip(world, robot, HarnessConfig(task='gentle_pick_and_place', seed=1),
-                            task, _twin(robot, task, 0.3), SimpleNamespace(id='box_0'),
+                            task, twin, SimpleNamespace(id='box_0'),
                             spec.table.height, 0.0, models)
         assert world.truth.report()['leaks'] == []
     finally:
@@ -163,6 +164,37 @@ def test_the_harness_identifies_the_grip_through_the_tracker(robot, task):
     assert est.name == PARAMETER and est.identified and est.prior == pytest.approx(1.0)
     assert est.lower_95 <= 0.3 <= est.upper_95, out['fit']
     assert out['cell']['slip_effort'] is not None
+    # The held mass replaced the twin's 0.15 kg before the fit; its interval is at least
+    # +-10% and holds the box's 0.3 kg.
+    mass = out['mass']
+    assert mass.name == 'body/box_0/mass' and mass.value == pytest.approx(0.3, rel=0.09)
+    assert twin.get_parameter(mass.name) == mass.value
+    assert mass.lower_95 <= 0.3 <= mass.upper_95
+    assert mass.upper_95 - mass.value >= 0.1 * mass.value - 1e-12
+
+
+def test_the_held_mass_replaces_the_strikes_in_the_harness():
+    """harness._use_held_mass: the parameter set, the used values and the mass row take the
+    held estimate (the prior kept, the strikes' estimate kept in the row)."""
+    from real2sim2real_ros.core.evaluation.harness import _use_held_mass
+    from real2sim2real_ros.core.grasping.slip import held_mass_interval
+    from real2sim2real_ros.core.parameters import ParameterEstimate, ParameterSet
+    name = 'body/box_0/mass'
+    ps = ParameterSet()
+    ps.add(ParameterEstimate(name, 0.41, 0.35, 0.47, 0.14, 'kg', True))
+    used = {name: 0.41}
+    rows = [{'name': name, 'estimate': 0.41, 'lower_95': 0.35, 'upper_95': 0.47,
+             'relative_error': abs(0.41 - 0.862) / 0.862, 'covered': False}]
+    assert held_mass_interval((0.88, 0.013)) == pytest.approx((0.792, 0.968))
+    assert held_mass_interval((0.2, 0.05)) == pytest.approx((0.15, 0.25))
+    lo, hi = held_mass_interval((0.88, 0.013))
+    _use_held_mass(ParameterEstimate(name, 0.88, lo, hi, 0.41, 'kg', True), ps, used, rows,
+                   0.862)
+    assert ps[name].value == 0.88 and ps[name].prior == 0.14 and used[name] == 0.88
+    row = rows[0]
+    assert row['covered'] and row['relative_error'] == pytest.approx(0.018 / 0.862)
+    assert row['strike_estimate']['estimate'] == 0.41 and not row['strike_estimate']['covered']
+    assert row['source'].startswith('held')
 
 
 def test_slip_test_cli_names_bad_input_and_runs(capsys, tmp_path):

@@ -35,7 +35,7 @@ import multiprocessing
 import os
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -377,7 +377,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
             'reconstruction': {k: v for k, v in recon.items() if not k.startswith('_')},
             'identification': {'parameters': param_rows,
                                **({'grip': {k: v for k, v in grip.items()
-                                            if k != 'estimate'}} if grip else {}),
+                                            if k not in ('estimate', 'mass')}} if grip else {}),
                                **{k: v for k, v in ident.items()
                                   if k not in ('parameters', 'start_values')}},
             'policies': policies, 'stage_seconds': seconds, 'observation': observation,
@@ -386,9 +386,11 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
 
 def _identify_grip(world, robot, cfg, task, twin, found, recon, frame_yaw, truth, ps, used,
                    param_rows, seconds) -> dict:
-    """The finger-object friction (evaluation/identification.identify_grip) into the
-    identified parameters (``ps``, ``used``, ``twin``) and a parameter row scored against
-    the cell object's friction (its static one on a Drake cell: what holds a grasp)."""
+    """The finger-object friction and the held mass (evaluation/identification.identify_grip)
+    into the identified parameters (``ps``, ``used``, ``twin``): a parameter row for the
+    friction scored against the cell object's (its static one on a Drake cell: what holds a
+    grasp); the held mass replaces the strikes' estimate in the object's mass row (kept
+    there as 'strike_estimate')."""
     from ..grasping.slip import friction_covered, friction_error
     from .identification import identify_grip
     from .object_identification import tracked_models
@@ -400,6 +402,8 @@ def _identify_grip(world, robot, cfg, task, twin, found, recon, frame_yaw, truth
     used[est.name] = est.value
     twin.set_parameter(est.name, est.value)
     oid = cfg.object_id
+    if grip['mass'] is not None:
+        _use_held_mass(grip['mass'], ps, used, param_rows, truth[f'body/{oid}/mass'])
     dyn = truth[f'geom/{oid}/friction']
     static = truth.get(f'geom/{oid}/static_friction', dyn)
     param_rows.append({'name': est.name, 'estimate': est.value, 'lower_95': est.lower_95,
@@ -413,6 +417,24 @@ def _identify_grip(world, robot, cfg, task, twin, found, recon, frame_yaw, truth
     grip['held_mass_truth'] = truth[f'body/{oid}/mass']
     seconds['identify_grip'] = time.perf_counter() - t
     return grip
+
+
+def _use_held_mass(mass, ps, used, param_rows, truth_mass: float) -> None:
+    """The held mass (a ParameterEstimate) in place of the strikes' estimate of the same
+    parameter: in ``ps`` (its prior kept), ``used`` and its parameter row."""
+    strike = ps[mass.name]
+    mass = replace(mass, prior=strike.prior)
+    ps.add(mass)
+    used[mass.name] = mass.value
+    row = next(r for r in param_rows if r['name'] == mass.name)
+    row['strike_estimate'] = {k: row[k] for k in ('estimate', 'lower_95', 'upper_95',
+                                                 'relative_error', 'covered') if k in row}
+    row.update(estimate=mass.value, lower_95=mass.lower_95, upper_95=mass.upper_95,
+               identified=True, source='held: the arm\'s efforts in the slip probe',
+               relative_error=abs(mass.value - truth_mass) / truth_mass,
+               covered=bool(mass.lower_95 <= truth_mass <= mass.upper_95),
+               pinned=bool((mass.upper_95 - mass.lower_95) / 2
+                           <= PINNED_HALF_WIDTH * abs(mass.value) + 1e-12))
 
 
 def _cost_delta(before, observer, trials: int) -> dict | None:

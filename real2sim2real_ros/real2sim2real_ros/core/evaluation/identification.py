@@ -334,21 +334,25 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
 
 def identify_grip(world, robot, cfg, task, twin, found, table_height: float, frame_yaw: float,
                   models) -> dict:
-    """The finger-object friction of a grasping ``task``'s object (core/grasping/slip.py):
-    the slip probe on the in-process emulated cell (its start drawn like an episode's and
-    placed by the evaluator, the grasp planned from the tracked start when ``cfg.observation``
-    is 'tracker'), then the fit in ``twin`` (the identified twin: a core.twin.Twin with the
-    task's scene). Returns {'estimate': ParameterEstimate, 'cell': SlipRun record, 'fit':
-    FrictionFit record, 'held_mass': [kg, 95% half-width] from the arm's efforts or None;
-    reported, not given to the twin yet}."""
+    """The finger-object friction and the held mass of a grasping ``task``'s object
+    (core/grasping/slip.py): the slip probe on the in-process emulated cell (its start drawn
+    like an episode's and placed by the evaluator, the grasp planned from the tracked start
+    when ``cfg.observation`` is 'tracker'); the held mass from the arm's efforts goes into
+    ``twin`` (the identified twin: a core.twin.Twin with the task's scene) before the
+    friction fit there, since the slip depends on both. Returns {'estimate':
+    ParameterEstimate of the finger friction, 'mass': ParameterEstimate of the object's mass
+    from the efforts or None (the box was out before the lift ended), 'cell': SlipRun
+    record, 'fit': FrictionFit record, 'held_mass': [kg, residual 95% half-width] or None}."""
     from ..grasping.slip import (
         PARAMETER,
         SlipConfig,
         fit_finger_friction,
         held_mass,
+        held_mass_interval,
         run_slip_probe,
     )
     from ..parameters import ParameterEstimate
+    from ..sysid.object_fit import object_parameter_names
     from ..tasks.worlds import CellWorld, TwinWorld
     observer = None
     if cfg.observation == 'tracker':
@@ -359,10 +363,17 @@ def identify_grip(world, robot, cfg, task, twin, found, table_height: float, fra
     reset = task.sample_reset(np.random.default_rng(cfg.seed + 6000))
     cell = CellWorld(world, cfg.object_id, observer, stream=False, frame_yaw=frame_yaw)
     run = run_slip_probe(task, cell, reset, slip_cfg)
+    mass = held_mass(robot, run)
+    mass_est = None
+    if mass is not None:
+        name = object_parameter_names(found.id)[1]
+        lo, hi = held_mass_interval(mass)
+        mass_est = ParameterEstimate(name, mass[0], max(lo, 1e-6), hi,
+                                     twin.get_parameter(name), 'kg', True)
+        twin.set_parameter(name, mass[0])
     prior = twin.get_parameter(PARAMETER)
     fit = fit_finger_friction(task, TwinWorld(twin, found.id), run, slip_cfg)
     est = ParameterEstimate(PARAMETER, fit.value, fit.lower_95, fit.upper_95, prior, '1',
                             fit.identified)
-    mass = held_mass(robot, run)
-    return {'estimate': est, 'cell': run.to_dict(), 'fit': fit.to_dict(),
+    return {'estimate': est, 'mass': mass_est, 'cell': run.to_dict(), 'fit': fit.to_dict(),
             'held_mass': None if mass is None else list(mass)}
