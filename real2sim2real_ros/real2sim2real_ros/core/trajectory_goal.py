@@ -170,8 +170,9 @@ class Outcome:
 class GoalMonitor:
     """Watches one accepted goal; ``update`` returns an Outcome once it is decided."""
 
-    def __init__(self, tolerances: Tolerances, start_time: float, end_time: float):
-        self.tol = tolerances
+    def __init__(self, tolerances: Tolerances, start_time: float, end_time: float,
+                 unit: str = 'rad'):
+        self.tol, self.unit = tolerances, unit     # the joints' unit: 'rad' or 'm'
         self.start_time = float(start_time)
         self.end_time = float(end_time)
         n = len(tolerances.joint_names)
@@ -181,8 +182,8 @@ class GoalMonitor:
         self._goal_v = np.array([b.velocity for b in tolerances.goal]).reshape(n)
 
     def _first_violation(self, err_p, err_v, bound_p, bound_v) -> str | None:
-        for err, bound, what, unit in ((err_p, bound_p, 'position', 'rad'),
-                                       (err_v, bound_v, 'velocity', 'rad/s')):
+        for err, bound, what, unit in ((err_p, bound_p, 'position', self.unit),
+                                       (err_v, bound_v, 'velocity', f'{self.unit}/s')):
             bad = (bound > 0) & ~(np.abs(err) <= bound)
             if bad.any():
                 j = int(np.argmax(bad))

@@ -11,9 +11,10 @@ Offers the ROS surface a real cell has, so the pipeline cannot tell it apart:
   JTC's goal check, tolerances, feedback, preemption and cancel = hold (ros/fjt_server.py,
   core/trajectory_goal.py); parameters ``constraints.*``, ``controller_active``,
   ``invalid_goal_response``, ``action_monitor_rate``
-* a robot with a gripper (core/grasping/jaw.py): action ``<gripper_controller>/gripper_cmd``
-  (control_msgs ParallelGripperCommand or GripperCommand: ros/gripper_server.py), and the
-  jaw's driven joint in ``joint_states`` (position m, velocity m/s, effort N)
+* a robot with a gripper (core/grasping/jaw.py), as ``gripper_action_type`` says: action
+  ``<gripper_controller>/gripper_cmd`` (ParallelGripperCommand or GripperCommand:
+  ros/gripper_server.py) or ``<gripper_controller>/follow_joint_trajectory`` (a JTC on the
+  finger joint: ros/gripper_jtc_server.py); the jaw's driven joint in ``joint_states``
 * ``<controller>/controller_state``: control_msgs/JointTrajectoryControllerState when
   control_msgs is importable; otherwise two sensor_msgs/JointState topics
   ``<controller>/controller_state/reference`` (positions, velocities, efforts = accelerations)
@@ -29,8 +30,7 @@ Offers the ROS surface a real cell has, so the pipeline cannot tell it apart:
   never exact); also ``/tf_static`` when tf2_msgs is importable
 * ``/clock`` (rosgraph_msgs/Clock) in fast mode (``real_time: false``): the cell steps as fast as
   it can and is the clock; other nodes run with use_sim_time
-* service ``~/reset_objects`` (real2sim2real_msgs/srv/ResetObjects): the person who puts the
-  objects back on a real table.
+* service ``~/reset_objects`` (real2sim2real_msgs/srv/ResetObjects): who puts objects back
 * ``~/true_object_poses`` (real2sim2real_msgs/TrackedObjects, ``truth_rate`` Hz, only while
   someone subscribes): the objects' TRUE poses, stamped on the cell's clock. HIDDEN TRUTH for
   the evaluator (tests, benchmarks) only, like the cell spec; a real cell has no such topic
@@ -48,10 +48,9 @@ Threads: physics (and joint states) run on their own thread; in real-time mode c
 on another, so a slow frame never delays ``joint_states``. The executor only serves the
 trajectory subscription and the service. In real time the physics thread, the executor and
 the DDS threads run at nice -10 where the process may raise its priority (root /
-CAP_SYS_NICE), the camera thread at nice 10
-(see docs/cell_spec.md); core/pacing.py keeps the physics on the wall clock.
-Parameters that are not read-only (the rates) follow ``ros2 param set``.
-Exit code 2 with one line on stderr for an unusable cell spec or parameter.
+CAP_SYS_NICE), the camera thread at nice 10 (docs/cell_spec.md); core/pacing.py keeps the
+physics on the wall clock. Parameters that are not read-only (the rates) follow ``ros2 param
+set``. Exit code 2 with one line on stderr for an unusable cell spec or parameter.
 """
 from __future__ import annotations
 
@@ -77,6 +76,7 @@ from ..core.cell_spec import CellSpecError, default_cell_spec_path, load_cell_sp
 from ..core.depth_noise import encode_depth
 from ..core.emulated_world import WorldBuildError
 from ..core.geometry import matrix_to_quat_wxyz
+from ..core.grasping.gripper_goal import ACTION_TYPES as GRIPPER_ACTION_TYPES
 from ..core.joint_trajectory import TrajectoryError
 from ..core.pacing import RealTimePacer
 from ..core.world import make_world
@@ -112,9 +112,9 @@ PARAMETERS = (
           read_only=True),
     Param('gripper_controller_name', 'gripper_controller', 'namespace of the gripper action',
           read_only=True),
-    Param('gripper_action_type', 'parallel_gripper_command', "the gripper action's type: "
-          'control_msgs ParallelGripperCommand or GripperCommand',
-          choices=('parallel_gripper_command', 'gripper_command'), read_only=True),
+    Param('gripper_action_type', 'parallel_gripper_command', "the gripper's controller: "
+          'ParallelGripperCommand, GripperCommand or a JTC on the finger joint',
+          choices=GRIPPER_ACTION_TYPES, read_only=True),
     Param('real_time', True, 'true: step in wall-clock time; false: fast mode, step as fast as '
           'possible and publish /clock', read_only=True),
     Param('joint_state_rate', 100.0, 'joint_states and controller_state rate, Hz', lo=1.0,

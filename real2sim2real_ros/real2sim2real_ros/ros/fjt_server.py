@@ -57,6 +57,10 @@ class FollowJointTrajectoryServer:
     Call :meth:`update` with the world's controller_state() at every controller update and
     :meth:`preempt` when a topic trajectory replaces the motion."""
 
+    prefix = ''    # of the parameters' names (a subclass serving another controller)
+    label = 'follow_joint_trajectory'     # of its log lines
+    unit = 'rad'                          # of its joints' positions
+
     def __init__(self, node, world, controller: str, action_type, to_command, clock_offset):
         self.node, self.world, self.action_type = node, world, action_type
         self._to_command, self._offset = to_command, clock_offset
@@ -72,36 +76,48 @@ class FollowJointTrajectoryServer:
             callback_group=ReentrantCallbackGroup())
 
     # ------------------------------------------------------------------ parameters
+    def _joints(self) -> list[str]:
+        return list(self.world.joint_names)
+
+    def _hold(self):
+        """Hold where the controlled joints are (cancel, a violated bound)."""
+        self.world.hold()
+
+    def _start(self, cmd) -> tuple[float, float]:
+        """Start ``cmd`` (under the lock); its (start, end) on the controller's clock."""
+        traj = self.world.set_trajectory(cmd)
+        return traj.start_time, traj.end_time
+
     def _declare_parameters(self):
-        n = self.node
-        declare(n, 'controller_active', True, 'false: the controller is inactive; goals are '
+        n, px = self.node, self.prefix
+        declare(n, px + 'controller_active', True, 'false: the controller is inactive; goals are '
                 'rejected and topic trajectories ignored')
-        declare(n, 'invalid_goal_response', 'reject', 'a goal failing the check: reject '
+        declare(n, px + 'invalid_goal_response', 'reject', 'a goal failing the check: reject '
                 '(ros2_control JTC) or abort with its error_code (ROS 1 JTC, some drivers)',
                 choices=['reject', 'abort'])
-        declare(n, 'action_monitor_rate', 20.0, 'follow_joint_trajectory feedback rate, Hz',
+        declare(n, px + 'action_monitor_rate', 20.0, 'follow_joint_trajectory feedback rate, Hz',
                 lo=1.0, hi=500.0)
-        declare(n, 'constraints.goal_time', 0.0, 'seconds after the last point to reach the '
+        declare(n, px + 'constraints.goal_time', 0.0, 'seconds after the last point to reach the '
                 'goal bounds; 0 = wait indefinitely', lo=0.0, hi=1e6)
         # JTC's default is 0.01 rad/s; the cell's encoder-derived velocity carries ~0.02 rad/s
         # of noise (the spec's joint_state_noise_std / 10 ms), which 0.01 would rarely meet.
-        declare(n, 'constraints.stopped_velocity_tolerance', 0.05, 'goal velocity bound, '
+        declare(n, px + 'constraints.stopped_velocity_tolerance', 0.05, 'goal velocity bound, '
                 'rad/s; 0 = unchecked', lo=0.0, hi=1e6)
-        for j in self.world.joint_names:
-            declare(n, f'constraints.{j}.trajectory', 0.0, f'path position bound of {j}, rad; '
+        for j in self._joints():
+            declare(n, f'{px}constraints.{j}.trajectory', 0.0, f'path position bound of {j}, rad; '
                     '0 = unchecked', lo=0.0, hi=1e6)
-            declare(n, f'constraints.{j}.goal', 0.0, f'goal position bound of {j}, rad; '
+            declare(n, f'{px}constraints.{j}.goal', 0.0, f'goal position bound of {j}, rad; '
                     '0 = unchecked', lo=0.0, hi=1e6)
 
     def _param(self, name):
-        return self.node.get_parameter(name).value
+        return self.node.get_parameter(self.prefix + name).value
 
     def controller_active(self) -> bool:
         return bool(self._param('controller_active'))
 
     def _constraints(self) -> tg.ControllerConstraints:
         stopped = float(self._param('constraints.stopped_velocity_tolerance'))
-        joints = self.world.joint_names
+        joints = self._joints()
         return tg.ControllerConstraints(
             path={j: tg.Bound(float(self._param(f'constraints.{j}.trajectory'))) for j in joints},
             goal={j: tg.Bound(float(self._param(f'constraints.{j}.goal')), stopped)
@@ -140,7 +156,7 @@ class FollowJointTrajectoryServer:
 
     def _on_goal(self, goal):
         if not self.controller_active():
-            self.node.get_logger().error('follow_joint_trajectory: goal rejected: the '
+            self.node.get_logger().error(f'{self.label}: goal rejected: the '
                                          'controller is not active')
             return GoalResponse.REJECT
         if self._param('invalid_goal_response') == 'abort':
@@ -149,7 +165,7 @@ class FollowJointTrajectoryServer:
             self._prepare(goal)
         except tg.GoalRefused as exc:
             self.node.get_logger().error(
-                f'follow_joint_trajectory: goal rejected ({tg.error_name(exc.code)}): '
+                f'{self.label}: goal rejected ({tg.error_name(exc.code)}): '
                 f'{exc.message}')
             return GoalResponse.REJECT
         return GoalResponse.ACCEPT
@@ -158,7 +174,7 @@ class FollowJointTrajectoryServer:
     def _finish(self, handle, code: int, message: str, how: str):
         result = self.action_type.Result(error_code=int(code), error_string=message)
         getattr(handle, how)()
-        text = f'follow_joint_trajectory: {how}: {tg.error_name(code)}' + (
+        text = f'{self.label}: {how}: {tg.error_name(code)}' + (
             f': {message}' if message else '')
         if how == 'succeed':
             self.node.get_logger().info(text)
@@ -173,9 +189,9 @@ class FollowJointTrajectoryServer:
         try:
             cmd, tol = self._prepare(handle.request)
             with self._lock:
-                traj = self.world.set_trajectory(cmd)
+                start, end = self._start(cmd)
                 self._preempt_locked('preempted by a newer follow_joint_trajectory goal')
-                self._active = _Active(tg.GoalMonitor(tol, traj.start_time, traj.end_time))
+                self._active = _Active(tg.GoalMonitor(tol, start, end, self.unit))
                 self._started[key] = self._active
         except tg.GoalRefused as exc:
             self._started[key] = tg.Outcome(exc.code, exc.message)
@@ -194,10 +210,10 @@ class FollowJointTrajectoryServer:
                 with self._lock:
                     if self._active is active:
                         self._active = None
-                        self.world.hold()
+                        self._hold()
                 if active.outcome is None:
                     handle.canceled()
-                    self.node.get_logger().info('follow_joint_trajectory: canceled; '
+                    self.node.get_logger().info(f'{self.label}: canceled; '
                                                 'holding position')
                     return self.action_type.Result(error_code=tg.SUCCESSFUL,
                                                    error_string='canceled; holding position')
@@ -256,7 +272,7 @@ class FollowJointTrajectoryServer:
             if out is None:
                 return
             if not out.succeeded:
-                self.world.hold()
+                self._hold()
             active.outcome = out
             self._active = None
         active.done.set()

@@ -31,8 +31,6 @@ from ..core.grasping import gripper_goal as gg
 from ..core.grasping.jaw import GripperError
 from .params import declare
 
-ACTION_TYPES = ('parallel_gripper_command', 'gripper_command')
-
 
 @dataclass
 class _Active:
@@ -43,7 +41,8 @@ class _Active:
 
 class GripperActionServer:
     """Serves ``<controller>/gripper_cmd`` for ``world``'s jaw on ``node``. ``action_type``
-    is the control_msgs action class named by ``kind`` (one of ACTION_TYPES). Call
+    is the control_msgs action class named by ``kind`` (ParallelGripperCommand or
+    GripperCommand: core/grasping/gripper_goal.ACTION_TYPES' first two). Call
     :meth:`update` at every controller update (the physics thread)."""
 
     def __init__(self, node, world, controller: str, action_type, kind: str):
@@ -195,16 +194,26 @@ class GripperActionServer:
         self._server.destroy()
 
 
-def gripper_server_for(node, world, params) -> GripperActionServer | None:
-    """The gripper action server for ``world``'s jaw (``params``: the node's, with
-    ``gripper_controller_name`` and ``gripper_action_type``), or None when the robot has no
-    gripper or control_msgs (the real package or its stand-in) is not importable."""
+def gripper_server_for(node, world, params):
+    """The jaw's action server for ``world`` (``params``: the node's, with
+    ``gripper_controller_name`` and ``gripper_action_type``): a GripperActionServer, or for
+    ``follow_joint_trajectory`` the finger under a JTC (ros/gripper_jtc_server.py); None when
+    the robot has no gripper or control_msgs (the real package or its stand-in) is not
+    importable."""
     controller, kind = params.gripper_controller_name, params.gripper_action_type
     if not world.has_gripper:
         return None
     try:
-        from control_msgs.action import GripperCommand, ParallelGripperCommand
+        from control_msgs.action import (
+            FollowJointTrajectory,
+            GripperCommand,
+            ParallelGripperCommand,
+        )
     except ImportError:  # pragma: no cover - depends on the machine
         return None
+    if kind == 'follow_joint_trajectory':
+        from .gripper_jtc_server import FingerTrajectoryServer
+        return FingerTrajectoryServer(node, world, controller, FollowJointTrajectory,
+                                      lambda: node.t0)
     action = ParallelGripperCommand if kind == 'parallel_gripper_command' else GripperCommand
     return GripperActionServer(node, world, controller, action, kind)

@@ -93,3 +93,81 @@ def test_gripper_action_opens_closes_and_rejects_out_of_range(tmp_path, kind):
     rejected = [ln for ln in err.splitlines() if 'goal rejected' in ln]
     field = 'command.position[0]' if kind == 'parallel_gripper_command' else 'command.position'
     assert len(rejected) == 1 and field in rejected[0] and 'outside' in rejected[0], err
+
+
+def _finger_goal(position, seconds, joint=JAW, goal_bound=0.0):
+    from builtin_interfaces.msg import Duration
+    from control_msgs.action import FollowJointTrajectory
+    from control_msgs.msg import JointTolerance
+    from trajectory_msgs.msg import JointTrajectoryPoint
+    goal = FollowJointTrajectory.Goal()
+    goal.trajectory.joint_names = [joint]
+    goal.trajectory.points = [JointTrajectoryPoint(
+        positions=[position], time_from_start=Duration(sec=int(seconds),
+                                                       nanosec=int(seconds % 1 * 1e9)))]
+    if goal_bound:
+        goal.goal_tolerance = [JointTolerance(name=joint, position=goal_bound)]
+    return goal
+
+
+def test_the_finger_under_a_jtc_follows_its_trajectory_and_rejects_other_joints(tmp_path):
+    """gripper_action_type follow_joint_trajectory: ``gripper_controller/
+    follow_joint_trajectory`` drives the finger joint at the trajectory's pace (JTC's
+    error_code and bounds); a goal naming an arm joint is rejected with one log line naming
+    the joint; a goal bound the jaw cannot meet in time ends GOAL_TOLERANCE_VIOLATED."""
+    from control_msgs.action import FollowJointTrajectory
+    from sensor_msgs.msg import JointState
+
+    from real2sim2real_ros.ros.commander import Commander, CommanderError
+    name = 'gripper_controller/follow_joint_trajectory'
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'real2sim2real_ros.nodes.emulated_cell_node', '--ros-args',
+         '-p', f'cell_spec:={_spec(tmp_path)}', '-p', 'real_time:=false',
+         '-p', 'enable_cameras:=false', '-p', 'gripper_action_type:=follow_joint_trajectory',
+         '-p', 'gripper.constraints.goal_time:=0.2'],
+        env=dict(os.environ), cwd=tmp_path, text=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    joints = TopicListener(JointState, 'joint_states')
+    cmd = Commander(node_name='finger_jtc_test')
+    try:
+        start = time.monotonic()
+        opened = cmd.run_action(FollowJointTrajectory, name, _finger_goal(0.04, 1.0),
+                                timeout=60)
+        assert opened.error_code == 0, opened.error_string
+        last = joints.snapshot()[-1][1]
+        assert last.name[-1] == JAW and last.position[-1] == pytest.approx(0.04, abs=0.002)
+        # 4 cm shut over 2 s of cell time: the jaw's speed follows the trajectory (the cell
+        # runs in fast mode: its joint-state stamps are cell time).
+        seen = []
+        closed = cmd.run_action(FollowJointTrajectory, name, _finger_goal(0.0, 2.0),
+                                feedback=lambda fb: seen.append(
+                                    (fb.actual.positions[0], fb.desired.positions[0])),
+                                timeout=60)
+        assert closed.error_code == 0, closed.error_string
+        assert joints.snapshot()[-1][1].position[-1] < 0.002
+        mid = [a for a, d in seen if 0.01 < d < 0.03]
+        assert mid and max(abs(a - d) for a, d in seen if 0.01 < d < 0.03) < 0.005, seen
+        with pytest.raises(CommanderError, match='rejected'):
+            cmd.run_action(FollowJointTrajectory, name,
+                           _finger_goal(0.02, 1.0, joint='shoulder_pan_joint'), timeout=30)
+        # Open 4 cm in 0.05 s with a 1 mm goal bound: the jaw (0.2 m/s at most) cannot.
+        late = cmd.run_action(FollowJointTrajectory, name, _finger_goal(0.04, 0.05,
+                                                                        goal_bound=0.001),
+                              timeout=60)
+        assert late.error_code == FollowJointTrajectory.Result.GOAL_TOLERANCE_VIOLATED, \
+            late.error_string
+        assert proc.poll() is None and time.monotonic() - start < 120
+    finally:
+        cmd.close()
+        joints.close()
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    rejected = [ln for ln in err.splitlines() if 'goal rejected' in ln]
+    assert len(rejected) == 1 and 'INVALID_JOINTS' in rejected[0], err
+    assert "['shoulder_pan_joint'] are not controller joints" in rejected[0], rejected
+    assert "controller joints: ['left_finger_joint']" in rejected[0], rejected
+    assert "position error +0.0" in err and "m outside the tolerance 0.0010 m" in err

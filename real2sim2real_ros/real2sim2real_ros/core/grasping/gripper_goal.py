@@ -23,6 +23,11 @@ from dataclasses import dataclass
 
 from .jaw import GripperJoints
 
+# How a lab's controller takes jaw goals: ros2_control's parallel_gripper_action_controller
+# (control_msgs ParallelGripperCommand), gripper_action_controller (GripperCommand), or a
+# joint_trajectory_controller on the finger joint (core/grasping/finger_trajectory.py).
+ACTION_TYPES = ('parallel_gripper_command', 'gripper_command', 'follow_joint_trajectory')
+
 
 class GripperGoalRefused(ValueError):
     """A gripper goal the controller does not take (the message names the field)."""

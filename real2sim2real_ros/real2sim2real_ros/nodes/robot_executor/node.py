@@ -21,9 +21,9 @@ from std_srvs.srv import Trigger
 from real2sim2real_msgs.srv import GetStatus
 
 from ...core import execution_safety as es
+from ...core.grasping.gripper_goal import ACTION_TYPES as GRIPPER_ACTION_TYPES
 from ...ros import qos
 from ...ros.executor_backends import BACKENDS, BackendError, make_backend, trajectory_to_msg
-from ...ros.gripper_backend import ACTION_TYPES as GRIPPER_ACTION_TYPES
 from ...ros.params import Param, bind_checked
 from ...ros.ros_main import ConfigurationError, run_node
 from ...ros.state_listener import StateListener
@@ -102,9 +102,10 @@ PARAMETERS = (
           'execute_policy: fraction of the scaled joint velocity limits that approach moves '
           'use (peak).', lo=0.01, hi=1.0),
     Param('gripper_controller_name', 'gripper_controller',
-          'Gripper controller name (its gripper_cmd action).', read_only=True),
+          'Gripper controller name (the namespace of its action).', read_only=True),
     Param('gripper_action_type', 'parallel_gripper_command',
-          "The gripper action's type: control_msgs ParallelGripperCommand or GripperCommand.",
+          "The gripper's controller: ParallelGripperCommand, GripperCommand (its gripper_cmd) "
+          'or a JTC on the finger joint (its follow_joint_trajectory; no effort).',
           choices=GRIPPER_ACTION_TYPES, read_only=True),
     Param('gripper_max_effort', 40.0, 'grip: the most effort (N) a goal may ask for.',
           lo=0.1, hi=1e4),
