@@ -57,6 +57,9 @@ class SlipConfig:
     min_effort: float = 0.25       # N, the last step's
     ratio: float = 0.8             # each step's effort over the last one's
     dwell: float = 0.4             # s per step
+    # s per step where they differ (a fit replaying a live probe, whose steps last as long as
+    # each grip goal took plus ``dwell``); empty: ``dwell`` each
+    step_dwells: tuple[float, ...] = ()
     lift_margin: float = 0.02      # m between the fallen box's top and the pads' lower ends
     closed_drop: float = 0.004     # m the jaw closes past its holding width: the box is out
     settle: float = 0.3            # s after the lift, before the first step
@@ -211,7 +214,8 @@ def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRu
     widths, slipped = [], None
     for k, effort in enumerate(efforts):
         world.command_gripper(lower, effort)
-        _hold(world, q_top, cfg.dwell, c.waypoint_dt)
+        _hold(world, q_top, cfg.step_dwells[k] if k < len(cfg.step_dwells) else cfg.dwell,
+              c.waypoint_dt)
         widths.append(float(world.gripper_state()[0]))
         if widths[-1] < held - cfg.closed_drop:
             slipped = k

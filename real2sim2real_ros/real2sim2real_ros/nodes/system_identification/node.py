@@ -19,8 +19,8 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
-from real2sim2real_msgs.action import ExecuteTrajectory, Identify
-from real2sim2real_msgs.msg import PhysicalParameter, PhysicalParameterSet, Scene, TrackedObjects
+from real2sim2real_msgs.action import ExecuteTrajectory, Grip, Identify
+from real2sim2real_msgs.msg import PhysicalParameterSet, Scene, TrackedObjects
 from real2sim2real_msgs.srv import SetPhysicalParameters
 
 from ...core.parameters import InvalidBoundsError, ParameterError, UnknownParameterError
@@ -34,7 +34,10 @@ from ...ros.params import CONTROLLER_CONFIG, Param, bind_checked, shipped_config
 from ...ros.ros_main import ConfigurationError, run_node
 from ...ros.subscriptions import subscribed
 from .failure import GoalFailed
+from .grip_probe import PARAMETER as GRIP_PARAMETER
+from .grip_probe import GripProbe, grip_wanted
 from .probes import ExecutorProbes, ExecutorStrikeCell
+from .report import IdentifyReport
 
 NODE_NAME = 'system_identification'
 IdentifyResult = Identify.Result
@@ -89,6 +92,14 @@ PARAMETERS = (
     Param('scene_file', '',
           "MJCF scene whose objects are identified; '' = the latest message on the latched "
           'scene topic (scene_reconstruction). Read at each goal.'),
+    Param('grip_task', '',
+          "Grasping task whose grasp the slip probe makes; set: every live identify goal of a "
+          "robot with a gripper ends with it. '' = only when a goal names "
+          'global/finger_friction (then pick_and_place).'),
+    Param('grip_action', 'robot_executor/grip', 'Grip action that drives the jaw.',
+          read_only=True),
+    Param('grip_goal_timeout', 20.0, 'Seconds for one grip goal of the slip probe.',
+          lo=1.0, hi=600.0),
 )
 
 
@@ -107,7 +118,7 @@ def error_code_for(exc: BaseException) -> int:
             else IdentifyResult.NOT_CONVERGED)
 
 
-class SystemIdentificationNode(ExecutorProbes, Node):
+class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
     def __init__(self):
         super().__init__(NODE_NAME)
         self._lock = threading.Lock()
@@ -116,6 +127,7 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         self._robot_error = 'waiting for robot_description'
         self._q: np.ndarray | None = None
         self._q_names: list[str] = []
+        self._js: JointState | None = None
         self._runs = 0
         self._scene_path = ''
         self._tracked: list = []
@@ -135,6 +147,7 @@ class SystemIdentificationNode(ExecutorProbes, Node):
                                  callback_group=MutuallyExclusiveCallbackGroup())
         self._executor_client = GoalClient(self, ExecuteTrajectory, self.p.executor_action,
                                            callback_group=cb)
+        self._grip_client = GoalClient(self, Grip, self.p.grip_action, callback_group=cb)
         self._sim_client = self.create_client(
             SetPhysicalParameters, f'{self.p.sim_server}/set_physical_parameters',
             callback_group=cb)
@@ -172,6 +185,7 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         with self._lock:
             self._q_names = list(msg.name)
             self._q = np.array(msg.position, float)
+            self._js = msg
 
     def _on_identify(self, goal_handle):
         result = IdentifyResult()
@@ -205,7 +219,7 @@ class SystemIdentificationNode(ExecutorProbes, Node):
             raise GoalFailed(IdentifyResult.CANCELED, f'canceled during {stage}')
 
     def _identify(self, goal_handle, result):
-        from ...core.sysid import stage as ident
+        from ...core.grasping.jaw import gripper_joints
         from ...core.sysid.bags import is_strike_bag
         from ...core.sysid.config import load_identification_config
         goal = goal_handle.request
@@ -214,14 +228,36 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         # Joint templates and controller gains expanded for this robot's arm joints.
         config = load_identification_config(self._parameters_file, robot,
                                             self.p.controller_config or None)
+        bags = list(goal.bag_paths)
+        names = [n for n in goal.parameter_names if n != GRIP_PARAMETER]
+        grip = grip_wanted(list(goal.parameter_names), bags, self.p.grip_task,
+                           gripper_joints(robot) is not None)
+        if grip and bags:
+            raise GoalFailed(IdentifyResult.INVALID_BOUNDS, f'{GRIP_PARAMETER}: the slip probe '
+                             'runs on the cell only; a goal with bag_paths cannot ask for it')
+        strike_given = [b for b in bags if is_strike_bag(b)]
+        scene_path = self._scene_for(robot, strike_given)
+        out = None
+        if names or not grip:
+            out = self._arm_and_objects(goal_handle, robot, config, names, bags, strike_given,
+                                        scene_path)
+        extra = None
+        if grip:
+            extra = self._identify_grip(goal_handle, robot, config, scene_path,
+                                        out.estimates if out else None,
+                                        self._run_dir(goal_handle))
+        self._report(goal_handle, result, out, extra)
+
+    def _arm_and_objects(self, goal_handle, robot, config, names, bags, strike_given,
+                         scene_path):
+        """The arm and object identification of a goal (core/sysid/stage.py): live probes or
+        the given bags, then the fits and the identify_<n> folder."""
+        from ...core.sysid import stage as ident
         timer = ident.StageTimer()
         settings = ident.FitSettings(self.p.nthread, self.p.max_iter, self.p.fit_restarts,
                                      self.p.fit_method, self.p.timestep)
-        bags = list(goal.bag_paths)
-        strike_given = [b for b in bags if is_strike_bag(b)]
-        scene_path = self._scene_for(robot, strike_given)
         obj_twin, specs, obj_specs, object_note = self._what_to_identify(
-            robot, config, scene_path, goal, strike_given, timer)
+            robot, config, scene_path, goal_handle.request, names, strike_given, timer)
         # The names are checked before any probe moves the arm.
         twin = ident.arm_twin(robot, config, specs, settings, timer)
         with self._lock:
@@ -230,20 +266,19 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         if bags:
             probes = []
             arm_bags, strike_bags, specs = ident.split_offline_bags(
-                bags, strike_given, specs, obj_specs, bool(goal.parameter_names))
+                bags, strike_given, specs, obj_specs, bool(names))
         else:
             probes, arm_bags, strike_bags, live = self._live_probes(
                 goal_handle, robot, config, specs, obj_specs, obj_twin, twin,
                 settings=settings, last=last, timer=timer, scene_path=scene_path)
         if obj_twin is not None:
             obj_twin.close()
-        out = self._fit_and_write(
+        return self._fit_and_write(
             goal_handle, robot, config, specs, obj_specs, arm_bags, strike_bags,
             settings=settings, last=last, timer=timer, twin=twin, scene_path=scene_path,
             inputs={'live_probes': probes, 'object_note': object_note}, **live)
-        self._report(goal_handle, result, out)
 
-    def _what_to_identify(self, robot, config, scene_path, goal, strike_given, timer):
+    def _what_to_identify(self, robot, config, scene_path, goal, names, strike_given, timer):
         """(object twin, arm specs, object specs, note on the objects) of the goal: the
         config's parameters (or the goal's subset), the scene's objects' where declared."""
         from ...core.sysid import stage as ident
@@ -253,8 +288,8 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         except TwinError as exc:
             raise GoalFailed(IdentifyResult.EXECUTION_FAILED, f'scene {scene_path}: {exc}') \
                 from None
-        specs, obj_specs = config.split(list(goal.parameter_names), object_specs)
-        if goal.bag_paths and not strike_given and not goal.parameter_names:
+        specs, obj_specs = config.split(list(names), object_specs)
+        if goal.bag_paths and not strike_given and not names:
             obj_specs = []      # offline arm bags only: the arm
         if not specs and not obj_specs:
             raise GoalFailed(IdentifyResult.UNKNOWN_PARAMETER, 'nothing to identify: ' + (
@@ -321,10 +356,7 @@ class SystemIdentificationNode(ExecutorProbes, Node):
         read when recorded."""
         from ...core.sysid import stage as ident
         from ...core.sysid.bags import strike_recording_from_bag
-        run_dir = goal_handle.request.run_dir or self.p.run_dir
-        if not run_dir:
-            import tempfile
-            run_dir = tempfile.mkdtemp(prefix='r2s2r_identify_')
+        run_dir = self._run_dir(goal_handle)
         self._feedback(goal_handle, 'read_bags', 0.0)
         recs = ((arm_fit.fit_recs + arm_fit.heldout) if arm_fit is not None else
                 self._arm_recordings(robot, arm_bags, timer) if specs else [])
@@ -350,34 +382,12 @@ class SystemIdentificationNode(ExecutorProbes, Node):
             progress=lambda st, p, r: self._feedback(goal_handle, st, p, r),
             log=lambda m: self.get_logger().warning(f'identify: {m}'))
 
-    def _report(self, goal_handle, result, out):
-        """Publish the estimates, push them to the twin and fill the goal's result."""
-        fit, ofit = out.fit, out.object_fit
-        if fit is not None:
-            with self._lock:
-                self._arm_values = fit.parameters.values()
-        msg = PhysicalParameterSet(artifact_dir=str(out.folder))
-        msg.header.stamp = self.get_clock().now().to_msg()
-        for e in out.estimates:
-            msg.parameters.append(PhysicalParameter(
-                name=e.name, value=e.value, lower_95=e.lower_95, upper_95=e.upper_95,
-                prior=e.prior, unit=e.unit, identified=e.identified))
-        self.pub_params.publish(msg)
-        self._push_to_sim(msg, [e.name for e in (ofit.parameters if ofit else [])])
-        result.parameters = msg
-        first = fit if fit is not None else ofit
-        result.residual_before, result.residual_after = (first.residual_before,
-                                                         first.residual_after)
-        if out.heldout_arm or ofit is None:
-            result.heldout_error_before = fit.heldout_error_before
-            result.heldout_error_after = fit.heldout_error_after
-        else:   # the arm (and objects) scored on the held-out strike probe's joints
-            result.heldout_error_before = ofit.heldout_joint_before
-            result.heldout_error_after = ofit.heldout_joint_after
-        result.report_path = str(out.report_path)
-        self.get_logger().info('identify profile (s): ' + ', '.join(
-            f'{k} {v:.1f}' for k, v in out.timings['seconds'].items()))
-        self._feedback(goal_handle, 'done', 1.0, result.residual_after)
+    def _run_dir(self, goal_handle) -> str:
+        run_dir = goal_handle.request.run_dir or self.p.run_dir
+        if not run_dir:
+            import tempfile
+            run_dir = tempfile.mkdtemp(prefix='r2s2r_identify_')
+        return run_dir
 
     def _wait_for_robot(self):
         # A goal sent right after bringup may arrive before the latched robot_description:
@@ -415,24 +425,6 @@ class SystemIdentificationNode(ExecutorProbes, Node):
             self._tracked.append((self.get_clock().now().nanoseconds, msg))
             if len(self._tracked) > 20000:
                 del self._tracked[:10000]
-
-    def _push_to_sim(self, msg: PhysicalParameterSet, object_names=()):
-        """Arm and object parameters in two calls: a twin without the scene's objects still
-        takes the arm's."""
-        if not self._sim_client.service_is_ready():
-            self.get_logger().info('sim_server not up: parameters not pushed to the twin')
-            return
-        objects = set(object_names)
-        for part in ([p for p in msg.parameters if p.name not in objects],
-                     [p for p in msg.parameters if p.name in objects]):
-            if not part:
-                continue
-            done = threading.Event()
-            future = self._sim_client.call_async(SetPhysicalParameters.Request(parameters=part))
-            future.add_done_callback(lambda _f, d=done: d.set())
-            if not done.wait(5.0) or not future.result().success:
-                why = 'no answer' if not done.is_set() else future.result().message
-                self.get_logger().warning(f'pushing parameters to the twin failed: {why}')
 
     def close(self):
         self._action.destroy()

@@ -47,15 +47,51 @@ class ExecutorProbes:
         raise GoalFailed(EXECUTION_FAILED,
                     f'no {self.p.joint_states_topic} with joints {list(robot.joint_names)}')
 
+    def _latest(self, names) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions, velocities, efforts) of joints ``names`` in the latest joint_states
+        (EXECUTION_FAILED when none has them within 5 s)."""
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            with self._lock:
+                msg = self._js
+            if msg is not None and all(n in msg.name for n in names):
+                idx = [list(msg.name).index(n) for n in names]
+                return tuple(np.array([f[i] if len(f) > i else np.nan for i in idx], float)
+                             for f in (msg.position, msg.velocity, msg.effort))
+            time.sleep(0.05)
+        raise GoalFailed(EXECUTION_FAILED, f'no {self.p.joint_states_topic} with joints '
+                         f'{list(names)}')
+
+    def _cell_time(self) -> float:
+        """The cell's clock (s): the latest joint_states stamp."""
+        self._latest([])
+        with self._lock:
+            stamp = self._js.header.stamp
+        return stamp.sec + stamp.nanosec * 1e-9
+
     def _execute(self, goal_handle, robot, times, pos, vel, record: bool, what: str):
-        if not self._executor_client.wait_for_server(timeout_sec=5.0):
-            raise GoalFailed(EXECUTION_FAILED, f'executor action {self.p.executor_action} is '
-                        f'not available')
         traj = JointTrajectory(joint_names=list(robot.joint_names),
                                points=_points(times, pos, vel))
-        goal = ExecuteTrajectory.Goal(trajectory=traj, record=record)
+        res = self._send_and_wait(goal_handle, self._executor_client, self.p.executor_action,
+                                  ExecuteTrajectory.Goal(trajectory=traj, record=record),
+                                  float(times[-1]) + 30.0, what)
+        if res.error_code != ExecuteTrajectory.Result.NONE:
+            raise GoalFailed(EXECUTION_FAILED,
+                        f'{what}: executor error {res.error_code}: {res.error_msg}')
+        if record and not res.bag_path:
+            raise GoalFailed(EXECUTION_FAILED, f'{what}: the executor recorded no bag (its '
+                        f'run_dir parameter is empty?)')
+        return res.bag_path
+
+    def _send_and_wait(self, goal_handle, client, action: str, goal, timeout: float,
+                       what: str):
+        """Send ``goal`` to the executor's ``action`` through ``client`` and wait for its
+        result message (EXECUTION_FAILED when it is not there, refuses the goal or gives no
+        result within ``timeout`` s of the cell's clock; CANCELED with the identify goal)."""
+        if not client.wait_for_server(timeout_sec=5.0):
+            raise GoalFailed(EXECUTION_FAILED, f'executor action {action} is not available')
         done = threading.Event()
-        send = self._executor_client.send_goal_async(goal)
+        send = client.send_goal_async(goal)
         send.add_done_callback(lambda _f: done.set())
         if not done.wait(15.0) or not send.result().accepted:
             raise GoalFailed(EXECUTION_FAILED, f'{what}: the executor did not accept the goal')
@@ -63,7 +99,7 @@ class ExecutorProbes:
         got = threading.Event()
         res_future = handle.get_result_async()
         res_future.add_done_callback(lambda _f: got.set())
-        deadline = NodeDeadline(self, float(times[-1]) + 30.0)   # the cell's clock
+        deadline = NodeDeadline(self, timeout)   # the cell's clock
         while not got.wait(0.1):
             if goal_handle.is_cancel_requested:
                 handle.cancel_goal_async()
@@ -72,15 +108,8 @@ class ExecutorProbes:
             if deadline.expired() or not rclpy.ok():
                 why = ' (the clock stopped)' if deadline.stalled() else ''
                 raise GoalFailed(EXECUTION_FAILED, f'{what}: no result from the executor '
-                            f'{float(times[-1]) + 30.0:.0f} s after the goal{why}')
-        res = res_future.result().result
-        if res.error_code != ExecuteTrajectory.Result.NONE:
-            raise GoalFailed(EXECUTION_FAILED,
-                        f'{what}: executor error {res.error_code}: {res.error_msg}')
-        if record and not res.bag_path:
-            raise GoalFailed(EXECUTION_FAILED, f'{what}: the executor recorded no bag (its '
-                        f'run_dir parameter is empty?)')
-        return res.bag_path
+                            f'{timeout:.0f} s after the goal{why}')
+        return res_future.result().result
 
     def _excite(self, goal_handle, robot, n: int):
         from ...core.sysid.probes import ProbeError

@@ -1,0 +1,204 @@
+"""The slip probe on the live cell: the finger-object friction and the held mass through the
+armed executor (issue "Grasp and place", build item 5; the probe is core/grasping/slip.py).
+
+Asked for by an identify goal whose ``parameter_names`` include ``global/finger_friction``
+(alone: the probe only), or by every live identify goal without names when ``grip_task`` is
+set and the robot has a gripper (then after the arm and strike probes, in the twin they
+identified). The task and the twin are built as the policy_trainer builds them
+(core/training_setup.build_task_and_twin: the scene's object and table, the start values,
+this goal's estimates or else the last arm values), then core/grasping/slip.run_slip_probe
+runs on :class:`ExecutorGripWorld`:
+
+* the start: the object's tracked pose (``tracked_objects``; MISSING_TOPICS without one);
+* arm motions: ``execute_trajectory`` goals (the lift recorded: a bag); a hold: the arm rests
+  at its last point while the node waits;
+* the jaw: ``grip`` goals (``position``, the step's effort; recorded), each waited for. A jaw
+  stalled on the box succeeds after the controller's ``stall_timeout``, so a live step lasts
+  that plus the probe's dwell, longer on a loaded machine: the fit replays each step in the
+  twin for as long as it lasted on the cell's clock (the ``joint_states`` stamps; a box
+  creeps in a grasp over time, and a long step once let it settle into a hold to 1.65 N
+  where it came out at 3.22 N in 4 other runs);
+* readings: the latest ``joint_states`` (the jaw's position; the arm's positions, efforts).
+
+The held mass (slip.held_mass, interval slip.held_mass_interval) replaces the twin's before
+the friction fit and the strikes' estimate in the result. Both estimates join the goal's
+result and are pushed to the twin; ``run_dir/identify_grip_NNN`` holds ``grip_probe.json``
+(the run, the fit, the held mass, the bags) and its manifest.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from real2sim2real_msgs.action import Grip, Identify
+from real2sim2real_msgs.msg import TrackedObjects
+
+from ...core.grasping import slip
+from ...ros import qos
+from ...ros.subscriptions import subscribed
+from .failure import GoalFailed
+
+PARAMETER = slip.PARAMETER
+STAGE = 'identify_grip'
+R = Identify.Result
+
+
+def grip_wanted(names, bag_paths, grip_task: str, has_gripper: bool) -> bool:
+    """Whether an identify goal runs the slip probe (module docstring)."""
+    if PARAMETER in names:
+        return True
+    return not names and not bag_paths and bool(grip_task) and has_gripper
+
+
+class ExecutorGripWorld:
+    """core/grasping/slip.run_slip_probe's world on the live cell (module docstring): ``node``
+    is the system_identification node, ``goal_handle`` its identify goal."""
+
+    def __init__(self, node, goal_handle, robot, object_id: str):
+        self.node, self.goal_handle, self.robot = node, goal_handle, robot
+        self.object_id = object_id
+        # (position m, effort N, start, duration): the jaw goals on the cell's clock (s)
+        self.grips: list[tuple[float, float, float, float]] = []
+        self.bags: list[str] = []
+
+    def _wait(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if self.goal_handle.is_cancel_requested:
+                raise GoalFailed(R.CANCELED, 'canceled during the slip probe')
+            time.sleep(min(0.02, max(0.0, end - time.monotonic())))
+
+    def observe_start(self, _xyz, _yaw):
+        """The object's tracked pose (the probe plans its grasp from it)."""
+        poses = self.node._tracked_poses([self.object_id])
+        if self.object_id not in poses:
+            return None
+        xyz, yaw = poses[self.object_id]
+        return np.asarray(xyz, float), float(yaw)
+
+    def reset(self, q, _xyz=None, _yaw=None, **_kw) -> None:
+        """The arm to ``q`` (the object stays where it is: nobody places it)."""
+        from ...core.sysid.probes import move_trajectory
+        t, p, v = move_trajectory(self.node._current(self.robot), np.asarray(q, float),
+                                  self.robot.velocity_limits)
+        self.node._execute(self.goal_handle, self.robot, t, p, v, False,
+                           'slip probe: move above the object')
+
+    def execute(self, times, positions, velocities=None, duration=None) -> None:
+        """A motion through the executor; one point (a hold at the last one): a wait."""
+        times = np.asarray(times, float)
+        wait = float(times[-1] if duration is None else duration)
+        if len(times) > 1:
+            bag = self.node._execute(self.goal_handle, self.robot, times, positions,
+                                     velocities, True, 'slip probe: arm motion')
+            self.bags.append(bag)
+            wait -= float(times[-1])
+        self._wait(max(0.0, wait))
+
+    def command_gripper(self, position: float, max_effort: float | None = None) -> None:
+        """A ``grip`` goal to ``position`` with ``max_effort``, waited for."""
+        n = self.node
+        t0 = n._cell_time()
+        goal = Grip.Goal(command='position', position=float(position),
+                         max_effort=float(max_effort or 0.0), record=True)
+        res = n._send_and_wait(self.goal_handle, n._grip_client, n.p.grip_action, goal,
+                               n.p.grip_goal_timeout, 'slip probe: grip')
+        if res.error_code != Grip.Result.NONE:
+            raise GoalFailed(R.EXECUTION_FAILED, f'slip probe: grip error {res.error_code}: '
+                             f'{res.error_msg}')
+        if res.bag_path:
+            self.bags.append(res.bag_path)
+        self.grips.append((float(position), float(max_effort or 0.0), t0,
+                           n._cell_time() - t0))
+
+    def gripper_state(self) -> tuple[float, float, float]:
+        """The jaw's latest (position m, velocity m/s, effort N) from joint_states."""
+        from ...core.grasping.jaw import gripper_joints
+        return tuple(float(x[0]) for x in self.node._latest([gripper_joints(self.robot).joint]))
+
+    def joint_positions(self) -> np.ndarray:
+        """The arm's latest joint positions (rad)."""
+        return self.node._latest(self.robot.joint_names)[0]
+
+    def joint_efforts(self) -> np.ndarray:
+        """The arm's latest joint efforts (N m)."""
+        return self.node._latest(self.robot.joint_names)[2]
+
+    def step_dwells(self, run: slip.SlipRun) -> tuple[float, ...]:
+        """How long each live effort step lasted on the cell's clock: from its grip goal to
+        the next one (the opening after the last step)."""
+        starts = [g[2] for g in self.grips[-(len(run.widths) + 1):]]
+        return tuple(float(b - a) for a, b in zip(starts, starts[1:]))
+
+
+class GripProbe:
+    """SystemIdentificationNode's slip probe (a mixin: ``self`` is the node)."""
+
+    def _identify_grip(self, goal_handle, robot, config, scene_path: str, estimates,
+                       run_dir: str):
+        """(estimates [finger friction, held mass or none], the identify_grip folder, the
+        record) of the probe on the cell and its fit (module docstring). ``estimates``: this
+        goal's (a ParameterSet) or None (the last arm values then)."""
+        from ...core.artifacts import RunDirectory, atomic_write_json
+        from ...core.grasping.jaw import gripper_joints
+        from ...core.parameters import ParameterEstimate
+        from ...core.sysid.object_fit import object_parameter_names
+        from ...core.tasks.worlds import TwinWorld
+        from ...core.training_setup import build_task_and_twin, scene_info_from_mjcf
+        if gripper_joints(robot) is None:
+            raise GoalFailed(R.UNKNOWN_PARAMETER, f'{PARAMETER}: the robot ({robot.name}) has '
+                             'no parallel-jaw gripper')
+        if not scene_path:
+            raise GoalFailed(R.MISSING_TOPICS, 'the slip probe needs the scene (the object\'s '
+                             'size): no scene_file and nothing on the scene topic')
+        task_name = self.p.grip_task or 'pick_and_place'
+        self._feedback(goal_handle, 'slip probe', 0.9)
+        task, twin, _ = build_task_and_twin(
+            robot, task_name, scene=scene_info_from_mjcf(scene_path, 'identify'),
+            start_values=config.start_values(), timestep=self.p.timestep,
+            parameters=estimates.values() if estimates else dict(self._arm_values))
+        try:
+            oid = task.object_id
+            world = ExecutorGripWorld(self, goal_handle, robot, oid)
+            cfg = slip.SlipConfig()
+            try:
+                with subscribed(self, TrackedObjects, self.p.tracked_objects_topic,
+                                self._on_tracked, qos.STATE, self._cb):
+                    run = slip.run_slip_probe(task, world, task.sample_reset(
+                        np.random.default_rng(0)), cfg)
+            except slip.SlipProbeError as exc:
+                raise GoalFailed(R.EXECUTION_FAILED, str(exc)) from None
+            mass_name = object_parameter_names(oid)[1]
+            mass = slip.held_mass(robot, run)
+            out = []
+            if mass is not None:
+                lo, hi = slip.held_mass_interval(mass)
+                prior = (estimates[mass_name].prior if estimates and mass_name in estimates
+                         else twin.get_parameter(mass_name))
+                out.append(ParameterEstimate(mass_name, mass[0], max(lo, 1e-6), hi, prior,
+                                             'kg', True))
+                twin.set_parameter(mass_name, mass[0])
+            prior = twin.get_parameter(PARAMETER)
+            dwells = world.step_dwells(run)
+            self._feedback(goal_handle, 'fit finger friction', 0.95)
+            fit = slip.fit_finger_friction(task, TwinWorld(twin, oid), run,
+                                           replace(cfg, step_dwells=dwells))
+        finally:
+            twin.close()
+        out.insert(0, ParameterEstimate(PARAMETER, fit.value, fit.lower_95, fit.upper_95,
+                                        prior, '1', fit.identified))
+        record = {'task': task_name, 'object_id': oid, 'cell': run.to_dict(),
+                  'fit': fit.to_dict(), 'step_dwells_s': list(dwells),
+                  'held_mass': None if mass is None else list(mass),
+                  'grips': [list(g) for g in world.grips],
+                  'estimates': [vars(e) for e in out]}
+        stage = RunDirectory(run_dir).new_stage(STAGE, inputs={
+            'scene': scene_path, 'bags': world.bags}, parameters={
+            'slip': vars(cfg), 'grip_task': task_name, 'grip_action': self.p.grip_action})
+        stage.add_output('grip_probe', atomic_write_json(stage.folder / 'grip_probe.json',
+                                                         record))
+        stage.results = {'estimates': record['estimates']}
+        stage.finish()
+        return out, stage.folder, record
