@@ -59,6 +59,8 @@ def _params_file(share: Path, run_dir: Path, args, controller_config: Path) -> P
     for node in GAIN_NODES:
         entry = params.setdefault(f'/**/{node}', {}).setdefault('ros__parameters', {})
         entry['controller_config'] = str(controller_config)
+    if args.task in GRIPPER_TASKS:   # identification ends with the slip probe
+        params['/**/system_identification']['ros__parameters']['grip_task'] = args.task
     path = run_dir / 'demo_params.yaml'
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

@@ -276,11 +276,12 @@ class ParameterSet:
         return out
 
     def save(self, path) -> Path:
-        """Write YAML (.yaml/.yml) or JSON (anything else)."""
+        """Write YAML (.yaml/.yml) or JSON (anything else), atomically."""
+        from .artifacts import atomic_write_text
         path = Path(path)
         text = (yaml.safe_dump(self.to_dict(), sort_keys=False)
                 if path.suffix in ('.yaml', '.yml') else json.dumps(self.to_dict(), indent=2))
-        path.write_text(text)
+        atomic_write_text(path, text)
         return path
 
     @classmethod

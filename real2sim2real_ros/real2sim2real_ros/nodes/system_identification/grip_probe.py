@@ -45,11 +45,14 @@ STAGE = 'identify_grip'
 R = Identify.Result
 
 
-def grip_wanted(names, bag_paths, grip_task: str, has_gripper: bool) -> bool:
-    """Whether an identify goal runs the slip probe (module docstring)."""
-    if PARAMETER in names:
-        return True
-    return not names and not bag_paths and bool(grip_task) and has_gripper
+def grip_plan(names, bag_paths, grip_task: str, has_gripper: bool) -> tuple[bool, bool]:
+    """(the slip probe, the arm and object identification): what an identify goal with
+    parameter ``names`` runs (module docstring). The probe alone only for a goal that names
+    nothing else."""
+    names = list(names)
+    grip = PARAMETER in names or (not names and not bag_paths and bool(grip_task)
+                                  and has_gripper)
+    return grip, names != [PARAMETER]
 
 
 class ExecutorGripWorld:
@@ -143,7 +146,7 @@ class GripProbe:
         goal's (a ParameterSet) or None (the last arm values then)."""
         from ...core.artifacts import RunDirectory, atomic_write_json
         from ...core.grasping.jaw import gripper_joints
-        from ...core.parameters import ParameterEstimate
+        from ...core.parameters import ParameterEstimate, ParameterSet
         from ...core.sysid.object_fit import object_parameter_names
         from ...core.tasks.worlds import TwinWorld
         from ...core.training_setup import build_task_and_twin, scene_info_from_mjcf
@@ -199,6 +202,28 @@ class GripProbe:
             'slip': vars(cfg), 'grip_task': task_name, 'grip_action': self.p.grip_action})
         stage.add_output('grip_probe', atomic_write_json(stage.folder / 'grip_probe.json',
                                                          record))
+        stage.add_output('parameters', ParameterSet(
+            {e.name: e for e in out}).save(stage.folder / 'parameters.yaml'))
         stage.results = {'estimates': record['estimates']}
         stage.finish()
         return out, stage.folder, record
+
+
+def amend_identify(out, grip) -> None:
+    """The identify_<n> folder of ``out`` (a StageOutput) with the slip probe's estimates
+    (``grip`` = (estimates, folder, record)) in its parameters.yaml, in place of any of the
+    same name, and its manifest saying so: what the next stages consume (the loop's train,
+    a resumed loop) is the goal's whole result."""
+    import json
+
+    from ...core.artifacts import atomic_write_json, sha256_file
+    for e in grip[0]:
+        out.estimates.add(e)
+    path = out.estimates.save(out.folder / 'parameters.yaml')
+    manifest = json.loads(out.manifest_path.read_text())
+    manifest['outputs']['parameters'] = {'path': str(path.resolve()),
+                                         'sha256': sha256_file(path)}
+    manifest['results']['estimates'] = out.estimates.to_dict()['parameters']
+    manifest['results']['grip'] = {'folder': str(grip[1]),
+                                   'replaced_or_added': [e.name for e in grip[0]]}
+    atomic_write_json(out.manifest_path, manifest)

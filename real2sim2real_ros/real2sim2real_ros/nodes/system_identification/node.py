@@ -35,7 +35,7 @@ from ...ros.ros_main import ConfigurationError, run_node
 from ...ros.subscriptions import subscribed
 from .failure import GoalFailed
 from .grip_probe import PARAMETER as GRIP_PARAMETER
-from .grip_probe import GripProbe, grip_wanted
+from .grip_probe import GripProbe, amend_identify, grip_plan
 from .probes import ExecutorProbes, ExecutorStrikeCell
 from .report import IdentifyReport
 
@@ -230,15 +230,15 @@ class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
                                             self.p.controller_config or None)
         bags = list(goal.bag_paths)
         names = [n for n in goal.parameter_names if n != GRIP_PARAMETER]
-        grip = grip_wanted(list(goal.parameter_names), bags, self.p.grip_task,
-                           gripper_joints(robot) is not None)
+        grip, rest = grip_plan(goal.parameter_names, bags, self.p.grip_task,
+                               gripper_joints(robot) is not None)
         if grip and bags:
             raise GoalFailed(IdentifyResult.INVALID_BOUNDS, f'{GRIP_PARAMETER}: the slip probe '
                              'runs on the cell only; a goal with bag_paths cannot ask for it')
         strike_given = [b for b in bags if is_strike_bag(b)]
         scene_path = self._scene_for(robot, strike_given)
         out = None
-        if names or not grip:
+        if rest:
             out = self._arm_and_objects(goal_handle, robot, config, names, bags, strike_given,
                                         scene_path)
         extra = None
@@ -246,6 +246,8 @@ class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
             extra = self._identify_grip(goal_handle, robot, config, scene_path,
                                         out.estimates if out else None,
                                         self._run_dir(goal_handle))
+            if out is not None:
+                amend_identify(out, extra)
         self._report(goal_handle, result, out, extra)
 
     def _arm_and_objects(self, goal_handle, robot, config, names, bags, strike_given,
