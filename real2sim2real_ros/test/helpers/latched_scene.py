@@ -69,3 +69,25 @@ def scene_message(spec, mjcf_path: str):
             extents=Vector3(x=float(ext[0]), y=float(ext[1]), z=float(ext[2])),
             mass=0.1, mass_is_prior=True, mjcf_path=mjcf_path))
     return msg
+
+
+def publish_scene(spec, folder):
+    """The cell ``spec``'s scene as reconstruction gives it (bench/object_id_bench.scene_xml,
+    written to ``folder/scene.xml``) on the latched ``scene`` topic, once object_tracker and
+    system_identification subscribe (AssertionError after 30 s). Close the returned
+    LatchedPublisher when done."""
+    import time
+
+    from real2sim2real_msgs.msg import Scene
+    from real2sim2real_ros.bench.object_id_bench import scene_xml
+    scene = folder / 'scene.xml'
+    scene.write_text(scene_xml(spec))
+    publisher = LatchedPublisher(Scene, 'scene', scene_message(spec, str(scene)))
+    try:
+        assert publisher.wait_for_subscriber_nodes(
+            ['object_tracker', 'system_identification'], 30)
+    except BaseException:
+        publisher.close()
+        raise
+    time.sleep(1.0)
+    return publisher

@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 from helpers.graph import start_graph  # noqa: E402
-from helpers.latched_scene import LatchedPublisher, scene_message  # noqa: E402
+from helpers.latched_scene import publish_scene  # noqa: E402
 
 from real2sim2real_msgs.action import Identify  # noqa: E402
 
@@ -40,18 +40,11 @@ def gripper_bringup(share_dir, tmp_path_factory):
 
 
 def test_live_slip_probe_identifies_the_finger_friction_and_the_held_mass(gripper_bringup):
-    from real2sim2real_msgs.msg import Scene
-    from real2sim2real_ros.bench.object_id_bench import scene_xml
     from real2sim2real_ros.core.cell_spec import load_cell_spec
     cmd, tmp, spec_path = gripper_bringup
     spec = load_cell_spec(spec_path)
-    scene = tmp / 'scene.xml'
-    scene.write_text(scene_xml(spec))
-    publisher = LatchedPublisher(Scene, 'scene', scene_message(spec, str(scene)))
+    publisher = publish_scene(spec, tmp)
     try:
-        assert publisher.wait_for_subscriber_nodes(
-            ['object_tracker', 'system_identification'], 30)
-        time.sleep(1.0)
         assert cmd.arm(wait=30).success
         feedback = []
         t0 = time.monotonic()

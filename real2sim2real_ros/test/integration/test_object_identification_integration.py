@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-from helpers.latched_scene import LatchedPublisher, scene_message  # noqa: E402
+from helpers.latched_scene import publish_scene  # noqa: E402
 
 from real2sim2real_msgs.action import Identify  # noqa: E402
 
@@ -24,18 +24,11 @@ IdentifyResult = Identify.Result
 
 @pytest.fixture(scope='module')
 def live(emulated_bringup):
-    from real2sim2real_msgs.msg import Scene
-    from real2sim2real_ros.bench.object_id_bench import scene_xml
     from real2sim2real_ros.core.cell_spec import default_cell_spec_path, load_cell_spec
     graph, cmd, tmp = emulated_bringup
     spec = load_cell_spec(default_cell_spec_path())
-    scene = tmp / 'scene.xml'
-    scene.write_text(scene_xml(spec))
-    publisher = LatchedPublisher(Scene, 'scene', scene_message(spec, str(scene)))
+    publisher = publish_scene(spec, tmp)
     try:
-        assert publisher.wait_for_subscriber_nodes(
-            ['object_tracker', 'system_identification'], 30)
-        time.sleep(1.0)
         resp = cmd.arm()
         assert resp.success, resp.message
         feedback = []

@@ -41,6 +41,16 @@ def _goal(action, kind, position, effort=0.0):
     return goal
 
 
+def _stop(proc) -> str:
+    """SIGINT the cell (kill it after 20 s); its stderr."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=20)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[1]
+
+
 def _position(kind, result) -> float:
     return result.state.position[0] if kind == 'parallel_gripper_command' else result.position
 
@@ -84,12 +94,7 @@ def test_gripper_action_opens_closes_and_rejects_out_of_range(tmp_path, kind):
     finally:
         cmd.close()
         joints.close()
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
+        err = _stop(proc)
     rejected = [ln for ln in err.splitlines() if 'goal rejected' in ln]
     field = 'command.position[0]' if kind == 'parallel_gripper_command' else 'command.position'
     assert len(rejected) == 1 and field in rejected[0] and 'outside' in rejected[0], err
@@ -160,12 +165,7 @@ def test_the_finger_under_a_jtc_follows_its_trajectory_and_rejects_other_joints(
     finally:
         cmd.close()
         joints.close()
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
+        err = _stop(proc)
     rejected = [ln for ln in err.splitlines() if 'goal rejected' in ln]
     assert len(rejected) == 1 and 'INVALID_JOINTS' in rejected[0], err
     assert "['shoulder_pan_joint'] are not controller joints" in rejected[0], rejected

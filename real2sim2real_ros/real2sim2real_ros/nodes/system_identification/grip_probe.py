@@ -28,7 +28,7 @@ result and are pushed to the twin; ``run_dir/identify_grip_NNN`` holds ``grip_pr
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -136,19 +136,26 @@ class ExecutorGripWorld:
         return tuple(float(b - a) for a, b in zip(starts, starts[1:]))
 
 
-class GripProbe:
-    """SystemIdentificationNode's slip probe (a mixin: ``self`` is the node)."""
+@dataclass
+class CellProbe:
+    """The slip probe as run on the cell: the task it was planned with, the run, the world
+    (its grip goals and bags) and the probe's config."""
 
-    def _identify_grip(self, goal_handle, robot, config, scene_path: str, estimates,
-                       run_dir: str):
-        """(estimates [finger friction, held mass or none], the identify_grip folder, the
-        record) of the probe on the cell and its fit (module docstring). ``estimates``: this
-        goal's (a ParameterSet) or None (the last arm values then)."""
-        from ...core.artifacts import RunDirectory, atomic_write_json
+    task_name: str
+    object_id: str
+    run: slip.SlipRun
+    world: ExecutorGripWorld
+    cfg: slip.SlipConfig
+
+
+class GripProbe:
+    """SystemIdentificationNode's slip probe (a mixin: ``self`` is the node): on the cell
+    (:meth:`_grip_on_cell`, right after the arm probes, while the object is where the scene
+    has it: the strikes push it, once out of the arm's reach), then its fit
+    (:meth:`_grip_fit`, once the goal's other estimates exist)."""
+
+    def _grip_task(self, robot, config, scene_path: str, values: dict):
         from ...core.grasping.jaw import gripper_joints
-        from ...core.parameters import ParameterEstimate, ParameterSet
-        from ...core.sysid.object_fit import object_parameter_names
-        from ...core.tasks.worlds import TwinWorld
         from ...core.training_setup import build_task_and_twin, scene_info_from_mjcf
         if gripper_joints(robot) is None:
             raise GoalFailed(R.UNKNOWN_PARAMETER, f'{PARAMETER}: the robot ({robot.name}) has '
@@ -157,22 +164,47 @@ class GripProbe:
             raise GoalFailed(R.MISSING_TOPICS, 'the slip probe needs the scene (the object\'s '
                              'size): no scene_file and nothing on the scene topic')
         task_name = self.p.grip_task or 'pick_and_place'
-        self._feedback(goal_handle, 'slip probe', 0.9)
         task, twin, _ = build_task_and_twin(
             robot, task_name, scene=scene_info_from_mjcf(scene_path, 'identify'),
-            start_values=config.start_values(), timestep=self.p.timestep,
-            parameters=estimates.values() if estimates else dict(self._arm_values))
+            start_values=config.start_values(), timestep=self.p.timestep, parameters=values)
+        return task_name, task, twin
+
+    def _grip_on_cell(self, goal_handle, robot, config, scene_path: str) -> CellProbe:
+        """The probe on the cell (its grasp planned from the tracked pose)."""
+        with self._lock:
+            last = dict(self._arm_values)
+        task_name, task, twin = self._grip_task(robot, config, scene_path, last)
+        twin.close()
+        self._feedback(goal_handle, 'slip probe', 0.3)
+        world = ExecutorGripWorld(self, goal_handle, robot, task.object_id)
+        cfg = slip.SlipConfig()
+        start = self._current(robot)
         try:
-            oid = task.object_id
-            world = ExecutorGripWorld(self, goal_handle, robot, oid)
-            cfg = slip.SlipConfig()
-            try:
-                with subscribed(self, TrackedObjects, self.p.tracked_objects_topic,
-                                self._on_tracked, qos.STATE, self._cb):
-                    run = slip.run_slip_probe(task, world, task.sample_reset(
-                        np.random.default_rng(0)), cfg)
-            except slip.SlipProbeError as exc:
-                raise GoalFailed(R.EXECUTION_FAILED, str(exc)) from None
+            with subscribed(self, TrackedObjects, self.p.tracked_objects_topic,
+                            self._on_tracked, qos.STATE, self._cb):
+                run = slip.run_slip_probe(task, world, task.sample_reset(
+                    np.random.default_rng(0)), cfg)
+        except slip.SlipProbeError as exc:
+            raise GoalFailed(R.EXECUTION_FAILED, str(exc)) from None
+        # Back where the arm was (the strikes start from above the objects; the jaw, open,
+        # is 2 cm above the fallen box and the start pose higher).
+        world.reset(start)
+        return CellProbe(task_name, task.object_id, run, world, cfg)
+
+    def _grip_fit(self, goal_handle, robot, config, scene_path: str, probe: CellProbe,
+                  estimates, run_dir: str):
+        """(estimates [finger friction, held mass or none], the identify_grip folder, the
+        record): the held mass into the twin, the friction fit (module docstring).
+        ``estimates``: this goal's (a ParameterSet) or None (the last arm values then)."""
+        from ...core.artifacts import RunDirectory, atomic_write_json
+        from ...core.parameters import ParameterEstimate, ParameterSet
+        from ...core.sysid.object_fit import object_parameter_names
+        from ...core.tasks.worlds import TwinWorld
+        with self._lock:
+            values = estimates.values() if estimates else dict(self._arm_values)
+        _, task, twin = self._grip_task(robot, config, scene_path, values)
+        run, oid = probe.run, probe.object_id
+        try:
             mass_name = object_parameter_names(oid)[1]
             mass = slip.held_mass(robot, run)
             out = []
@@ -184,22 +216,23 @@ class GripProbe:
                                              'kg', True))
                 twin.set_parameter(mass_name, mass[0])
             prior = twin.get_parameter(PARAMETER)
-            dwells = world.step_dwells(run)
-            self._feedback(goal_handle, 'fit finger friction', 0.95)
+            dwells = probe.world.step_dwells(run)
+            self._feedback(goal_handle, 'fit finger friction', 0.97)
             fit = slip.fit_finger_friction(task, TwinWorld(twin, oid), run,
-                                           replace(cfg, step_dwells=dwells))
+                                           replace(probe.cfg, step_dwells=dwells))
         finally:
             twin.close()
         out.insert(0, ParameterEstimate(PARAMETER, fit.value, fit.lower_95, fit.upper_95,
                                         prior, '1', fit.identified))
-        record = {'task': task_name, 'object_id': oid, 'cell': run.to_dict(),
+        record = {'task': probe.task_name, 'object_id': oid, 'cell': run.to_dict(),
                   'fit': fit.to_dict(), 'step_dwells_s': list(dwells),
                   'held_mass': None if mass is None else list(mass),
-                  'grips': [list(g) for g in world.grips],
+                  'grips': [list(g) for g in probe.world.grips],
                   'estimates': [vars(e) for e in out]}
         stage = RunDirectory(run_dir).new_stage(STAGE, inputs={
-            'scene': scene_path, 'bags': world.bags}, parameters={
-            'slip': vars(cfg), 'grip_task': task_name, 'grip_action': self.p.grip_action})
+            'scene': scene_path, 'bags': probe.world.bags}, parameters={
+            'slip': vars(probe.cfg), 'grip_task': probe.task_name,
+            'grip_action': self.p.grip_action})
         stage.add_output('grip_probe', atomic_write_json(stage.folder / 'grip_probe.json',
                                                          record))
         stage.add_output('parameters', ParameterSet(

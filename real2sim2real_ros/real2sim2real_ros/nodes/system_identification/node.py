@@ -237,23 +237,28 @@ class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
                              'runs on the cell only; a goal with bag_paths cannot ask for it')
         strike_given = [b for b in bags if is_strike_bag(b)]
         scene_path = self._scene_for(robot, strike_given)
-        out = None
+        out, probe = None, []
+
+        def grip_on_cell():      # after the arm probes, before the strikes move the object
+            probe.append(self._grip_on_cell(goal_handle, robot, config, scene_path))
         if rest:
             out = self._arm_and_objects(goal_handle, robot, config, names, bags, strike_given,
-                                        scene_path)
+                                        scene_path, grip_on_cell if grip else None)
         extra = None
         if grip:
-            extra = self._identify_grip(goal_handle, robot, config, scene_path,
-                                        out.estimates if out else None,
-                                        self._run_dir(goal_handle))
+            if not probe:
+                grip_on_cell()
+            extra = self._grip_fit(goal_handle, robot, config, scene_path, probe[0],
+                                   out.estimates if out else None, self._run_dir(goal_handle))
             if out is not None:
                 amend_identify(out, extra)
         self._report(goal_handle, result, out, extra)
 
     def _arm_and_objects(self, goal_handle, robot, config, names, bags, strike_given,
-                         scene_path):
-        """The arm and object identification of a goal (core/sysid/stage.py): live probes or
-        the given bags, then the fits and the identify_<n> folder."""
+                         scene_path, before_strikes=None):
+        """The arm and object identification of a goal (core/sysid/stage.py): live probes
+        (``before_strikes()`` between the arm's and the strikes) or the given bags, then the
+        fits and the identify_<n> folder."""
         from ...core.sysid import stage as ident
         timer = ident.StageTimer()
         settings = ident.FitSettings(self.p.nthread, self.p.max_iter, self.p.fit_restarts,
@@ -272,7 +277,8 @@ class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
         else:
             probes, arm_bags, strike_bags, live = self._live_probes(
                 goal_handle, robot, config, specs, obj_specs, obj_twin, twin,
-                settings=settings, last=last, timer=timer, scene_path=scene_path)
+                settings=settings, last=last, timer=timer, scene_path=scene_path,
+                before_strikes=before_strikes)
         if obj_twin is not None:
             obj_twin.close()
         return self._fit_and_write(
@@ -299,7 +305,7 @@ class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
         return obj_twin, specs, obj_specs, object_note
 
     def _live_probes(self, goal_handle, robot, config, specs, obj_specs, obj_twin, twin, *,
-                     settings, last, timer, scene_path):
+                     settings, last, timer, scene_path, before_strikes=None):
         """(probe names, arm bags, strike bags, {'arm_fit', 'validation', 'strike_recs'}:
         fit_and_write's keywords): the arm probes, then the strike probes while the arm fit
         (core/sysid/stage.ArmFit) runs beside them; the objects' validation fit waits for it
@@ -326,6 +332,9 @@ class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
                 arm_fit = ident.ArmFit(twin, specs,
                                        self._arm_recordings(robot, arm_bags, timer),
                                        strikes_follow=True, settings=settings, timer=timer)
+            if before_strikes is not None:
+                with ident.cancel_on_error(arm_fit), timer('slip_probe'):
+                    before_strikes()
             if not strikes:
                 return probes, arm_bags, strike_bags, {'arm_fit': arm_fit}
             cell = ExecutorStrikeCell(self, goal_handle, robot)
