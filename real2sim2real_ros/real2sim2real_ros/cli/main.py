@@ -135,9 +135,11 @@ def cmd_identify(args, _rest) -> int:
         table.add_row(p.name, f'{p.value:.5g}', f'[{p.lower_95:.5g}, {p.upper_95:.5g}]',
                       f'{p.prior:.5g}', p.unit, 'yes' if p.identified else '[red]no[/]')
     Console(width=max(100, Console().width)).print(table)
-    print(f'residual {result.residual_before * 1e3:.4f} -> {result.residual_after * 1e3:.4f} '
-          f'mrad; held-out {result.heldout_error_before * 1e3:.4f} -> '
-          f'{result.heldout_error_after * 1e3:.4f} mrad')
+    if math.isfinite(result.residual_before):   # NaN: the slip probe alone (no trajectories)
+        print(f'residual {result.residual_before * 1e3:.4f} -> '
+              f'{result.residual_after * 1e3:.4f} mrad; held-out '
+              f'{result.heldout_error_before * 1e3:.4f} -> '
+              f'{result.heldout_error_after * 1e3:.4f} mrad')
     print(f'parameters: {result.parameters.artifact_dir}')
     print(f'report: {result.report_path}')
     return 0
@@ -355,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='live probes (0 = the node\'s num_probes)')
     i.add_argument('--params', nargs='+', default=[], metavar='NAME',
                    help='parameters to fit (default: all declared in the node\'s '
-                   'parameters_file), e.g. joint/elbow_joint/damping')
+                   'parameters_file), e.g. joint/elbow_joint/damping; global/finger_friction '
+                   'alone: the slip probe (a robot with a gripper)')
     i.add_argument('--run-dir', default='', help='where identify_<n>/ goes (default: the '
                    'node\'s run_dir)')
     i.add_argument('--timeout', type=float, default=600.0, help='seconds to wait for the result')

@@ -18,6 +18,14 @@ Action ``~/identify`` (real2sim2real_msgs/action/Identify):
   the executor's recording, the tracked poses received meanwhile and the plan, so the bags
   alone reproduce the fit. No tracked poses: MISSING_TOPICS; an object that left the table or
   the camera's view: EXECUTION_FAILED naming it;
+* the slip probe (grip_probe.py; a robot with a parallel-jaw gripper): for a goal naming
+  ``global/finger_friction`` (alone: only it), or every live goal when ``grip_task`` is set.
+  On the cell after the arm probes, before the strikes: the object grasped at its tracked
+  pose through the executor's ``grip`` and ``execute_trajectory``, lifted, the closing effort
+  lowered until it slips; the held mass from the arm's efforts; then the finger friction fit
+  in the twin with the goal's estimates and the held mass. Its folder
+  ``<run_dir>/identify_grip_<n>/``; the goal's ``identify_<n>/parameters.yaml`` takes both
+  estimates (the manifest amended). Not offline: with ``bag_paths`` it is INVALID_BOUNDS;
 * offline: the given bags (any executor recording: commanded JointTrajectory + JointState;
   strike probe bags are recognised by their plan);
 * fit (core.sysid.fit.identify: regression + one rollout polish for the arm, see there; its
@@ -41,5 +49,6 @@ codes map one to one onto the core's exceptions (:func:`error_code_for`). Exit c
 one line on stderr for unusable parameters.
 
 Layout: ``node.py`` (parameters, robot model, scene, the identify action), ``probes.py``
-(probes through the executor, the strike probes' cell) and ``failure.py`` (GoalFailed).
+(probes through the executor, the strike probes' cell), ``grip_probe.py`` (the slip probe),
+``report.py`` (publishing the result) and ``failure.py`` (GoalFailed).
 """
