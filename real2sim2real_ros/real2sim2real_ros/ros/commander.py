@@ -233,12 +233,32 @@ class Commander:
             raise CommanderError(f'{what}: no answer within {timeout:.1f} s')
         return future.result()
 
-    def call(self, srv_type, relative: str, request=None, timeout: float = 10.0):
+    def call(self, srv_type, relative: str, request=None, timeout: float = 10.0,
+             resend: bool = False):
+        """Call a service and return its response; CommanderError when it is not available
+        or no answer comes within ``timeout`` s.
+
+        ``resend``: for a request that may be carried out twice (reads, resets, stop): when
+        no answer comes, send it once more and wait ``timeout`` s again. A response can be
+        lost when the client's response reader is not yet matched on the server's side
+        (discovery runs separately on each side; ``wait_for_service`` sees only the client's
+        side): the bad-input sweep lost ``reset_objects``'s answer once in an idle CI run
+        (the service discovered, no answer within 10 s)."""
         client = self._client('srv', srv_type, relative)
         if not client.wait_for_service(timeout_sec=timeout):
             raise CommanderError(f'service {self.name(relative)} is not available')
-        return self._wait(client.call_async(request or srv_type.Request()), timeout,
-                          self.name(relative))
+        request = request or srv_type.Request()
+        future = client.call_async(request)
+        try:
+            return self._wait(future, timeout, self.name(relative))
+        except CommanderError:
+            if not resend:
+                raise
+            client.remove_pending_request(future)
+        self.node.get_logger().warning(
+            f'{self.name(relative)}: no answer within {timeout:.1f} s; sending it once more')
+        return self._wait(client.call_async(request), timeout,
+                          f'{self.name(relative)} (sent twice)')
 
     def run_action(self, action_type, relative: str, goal, *,
                    feedback: Callable | None = None, timeout: float = 120.0,
@@ -294,13 +314,13 @@ class Commander:
             time.sleep(0.2)
 
     def disarm(self) -> Trigger.Response:
-        return self.call(Trigger, 'robot_executor/disarm')
+        return self.call(Trigger, 'robot_executor/disarm', resend=True)
 
     def stop(self) -> Trigger.Response:
-        return self.call(Trigger, 'robot_executor/stop')
+        return self.call(Trigger, 'robot_executor/stop', resend=True)
 
     def executor_status(self) -> GetStatus.Response:
-        return self.call(GetStatus, 'robot_executor/get_status')
+        return self.call(GetStatus, 'robot_executor/get_status', resend=True)
 
     def execute_trajectory(self, joint_names: Sequence[str],
                            points: Sequence[tuple[float, Sequence[float]]], *,
@@ -352,7 +372,7 @@ class Commander:
     # -- emulated cell -------------------------------------------------------------------------
     def reset_objects(self, object_ids: Sequence[str] = ()) -> ResetObjects.Response:
         return self.call(ResetObjects, 'emulated_cell/reset_objects',
-                         ResetObjects.Request(object_ids=list(object_ids)))
+                         ResetObjects.Request(object_ids=list(object_ids)), resend=True)
 
     # -- twin (sim_server) ---------------------------------------------------------------------
     def sim_reset(self, qpos: Sequence[float] = (), qvel: Sequence[float] = (),
@@ -379,7 +399,7 @@ class Commander:
     def get_physical_parameters(self, names: Sequence[str] = ()
                                 ) -> GetPhysicalParameters.Response:
         return self.call(GetPhysicalParameters, 'sim_server/get_physical_parameters',
-                         GetPhysicalParameters.Request(names=list(names)))
+                         GetPhysicalParameters.Request(names=list(names)), resend=True)
 
     def rollout(self, joint_names: Sequence[str],
                 points: Sequence[tuple[float, Sequence[float]]], *,

@@ -446,7 +446,8 @@ def _pose(xyz, quat=(1.0, 0.0, 0.0, 0.0)):
 def _reset_objects(c: _Live, ids, poses):
     from real2sim2real_msgs.srv import ResetObjects
     return _srv(c.cmd.call(ResetObjects, 'emulated_cell/reset_objects',
-                           ResetObjects.Request(object_ids=list(ids), poses=list(poses))))
+                           ResetObjects.Request(object_ids=list(ids), poses=list(poses)),
+                           resend=True))
 
 
 def _set_params_all_or_nothing(c: _Live, values: dict) -> tuple[str, str]:

@@ -45,3 +45,54 @@ def test_a_raising_callback_does_not_stop_the_commander(capture_server):
         assert raised, 'the raising callback never ran'
         result = cmd.run_action(Capture, 'capture', Capture.Goal(num_views=1), timeout=20.0)
     assert result.error_msg == 'captured 1'
+
+
+@pytest.fixture
+def slow_first_trigger():
+    """An in-process Trigger service on ``/slow_first`` whose FIRST call answers only after
+    1.5 s (a response the caller gives up on, as a lost one), every later call at once; one
+    executor thread, so requests are served in turn. Yields the list of calls served."""
+    import threading
+
+    from rclpy.executors import SingleThreadedExecutor
+    from std_srvs.srv import Trigger
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node('slow_first_server', context=ctx)
+    served = []
+
+    def answer(_req, resp):
+        served.append(time.monotonic())
+        if len(served) == 1:
+            time.sleep(1.5)
+        resp.success, resp.message = True, f'call {len(served)}'
+        return resp
+    node.create_service(Trigger, 'slow_first', answer)
+    executor = SingleThreadedExecutor(context=ctx)
+    executor.add_node(node)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    try:
+        yield served
+    finally:
+        executor.shutdown(timeout_sec=2.0)
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+        spin.join(timeout=2.0)
+
+
+def test_call_resends_once_when_no_answer_comes(slow_first_trigger):
+    from std_srvs.srv import Trigger
+
+    from real2sim2real_ros.ros.commander import Commander, CommanderError
+    served = slow_first_trigger
+    with Commander(node_name='resend_commander', expected={}) as cmd:
+        with pytest.raises(CommanderError, match='no answer within 1.0 s'):
+            cmd.call(Trigger, 'slow_first', timeout=1.0)      # not resent: the caller's error
+        time.sleep(1.0)                                       # the late answer goes nowhere
+        assert len(served) == 1
+        served.clear()
+        resp = cmd.call(Trigger, 'slow_first', timeout=1.0, resend=True)
+    # Served twice: the first answer came after the caller's 1.0 s, the second in time.
+    assert len(served) == 2 and resp.success
+    assert resp.message == 'call 2'
