@@ -50,8 +50,8 @@ the target square's centre, the base box's for stack; a third value is ignored) 
 ``[x, y]`` / ``[x, y, yaw]`` (push_to_pose; without yaw the box keeps its observed yaw), world
 frame (the robot base), m and rad. An empty goal is the task's default, relative to the first
 observed pose: slide_to_target and pick_and_place the middle of its distance and heading
-ranges, push_to_pose the middle of its forward range along +x (stack has none: its base is
-not tracked). Goals outside the workspace (and, for
+ranges, push_to_pose the middle of its forward range along +x, stack the base box's tracked
+centre. Goals outside the workspace (and, for
 push_to_pose, outside the task's own table area) are refused before anything moves.
 """
 from __future__ import annotations
@@ -474,6 +474,9 @@ class PolicyEpisode:
         self.records: list[dict] = []      # per action: what a PolicyStep message carries
         self.tool_start: list[float] = []  # closed-loop tasks: the tip's start x y
         self.done_reason = ''
+        # The executor's view of the other tracked objects: id -> fresh ObjectPose or None
+        # (set by the node before start(): a stack's base is one).
+        self.other_pose: Callable[[str], ObjectPose | None] | None = None
 
     @property
     def object_id(self) -> str:
@@ -762,8 +765,10 @@ class PickEpisode(_PolarGoal, PolicyEpisode):
     carry (lift, traverse, lower) after the jaw closed on the box with the task's
     ``grasp_effort`` (or the action's effort), and the retreat after it opened, then the
     task's ``settle_time``.
-    Goal: the target square's centre ``[x, y]`` (stack: the base box's centre, required);
-    empty: the middle of the task's goal distance and heading ranges from the observed box.
+    Goal: the target square's centre ``[x, y]`` (stack: the base box's centre); empty: the
+    middle of the task's goal distance and heading ranges from the observed box (stack: the
+    base's tracked centre, the checkpoint's ``base_id`` on the tracker's topic; none fresh
+    is OBSERVATION_UNAVAILABLE before anything moves).
     The outcome needs the jaw's position at the end: the executor sets ``jaw_position``
     from /joint_states. The tracker gives poses, not speeds: the outcome is observed after
     the settle time and the at-rest predicate is scored at speed 0."""
@@ -772,10 +777,22 @@ class PickEpisode(_PolarGoal, PolicyEpisode):
 
     def __init__(self, loaded, gate, goal=(), settings=None):
         super().__init__(loaded, gate, goal, settings)
-        if self._set_goal(goal).size == 0 and self.task.place_lift > 0:
-            raise ExecutionError(INVALID_GOAL, f'{self.task.name}: task_goal must be the base '
-                                 "box's centre [x, y] (m): it is not tracked for this task")
+        self._set_goal(goal)
+        # stack without a goal: the base where the tracker sees it
+        self.base_id = getattr(self.task.cfg, 'base_id', '') if self.goal_xy is None else ''
         self.jaw_position = math.nan
+
+    def _resolve_goal(self, pose: ObjectPose) -> np.ndarray:
+        if self.goal_xy is None and self.base_id:
+            base = self.other_pose(self.base_id) if self.other_pose is not None else None
+            if base is None:
+                raise ExecutionError(OBSERVATION_UNAVAILABLE, f'{self.task.name}: no fresh '
+                                     f'tracked pose of the base {self.base_id!r} (the '
+                                     "checkpoint's base_id); give task_goal as its centre "
+                                     '[x, y] (m) or have the tracker report it')
+            self.goal_xy = np.asarray(base.xy, float).copy()
+            self.gate.check_goal_xy(self.goal_xy, f'tracked base {self.base_id!r}')
+        return super()._resolve_goal(pose)
 
     def start(self, q_current, pose: ObjectPose) -> list[Motion]:
         """The episode's motions from ``q_current`` for the box at ``pose``."""
@@ -843,18 +860,29 @@ class PoseBuffer:
     received: float = -math.inf
     messages: int = 0
     ids_seen: set = field(default_factory=set)
+    others: dict = field(default_factory=dict)   # id -> latest ObjectPose, every other object
 
     def add(self, ids: Sequence[str], poses: Sequence[ObjectPose | None], stamp: float,
             now: float) -> bool:
         """One tracker message; True when it held this object."""
         self.messages += 1
         self.ids_seen.update(ids)
+        found = False
         for oid, pose in zip(ids, poses):
-            if oid == self.object_id and pose is not None:
+            if pose is None:
+                continue
+            if oid == self.object_id:
                 self.pose = pose
                 self.received = now
-                return True
-        return False
+                found = True
+            else:
+                self.others[oid] = pose
+        return found
+
+    def fresh_other(self, object_id: str, now: float, max_age: float) -> ObjectPose | None:
+        """The latest pose of another object if measured within ``max_age`` of ``now``."""
+        p = self.others.get(object_id)
+        return None if p is None or now - p.stamp > max_age else p
 
     def fresh(self, now: float, max_age: float, after: float = -math.inf) -> ObjectPose | None:
         """The latest pose if measured within ``max_age`` of ``now`` and not before ``after``."""

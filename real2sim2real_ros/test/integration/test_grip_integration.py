@@ -1,9 +1,12 @@
 """The executor's gripper over the wire: ``robot_executor/grip`` on the emulated gripper cell
-(config/cells/gripper.yaml, its ``gripper_controller/gripper_cmd``), started from
+(config/cells/gripper_stack.yaml: gripper.yaml with a base box, its
+``gripper_controller/gripper_cmd``), started from
 cell_emulated.launch.xml. Refused unless armed and within the executor's limits; open and
 close reach the jaw's limits; a stop during a close ends the goal STOPPED and the jaw never
 opens after it; ``r2s2r grip`` prints the outcome; ``robot_executor/execute_policy`` runs a
-pick_and_place checkpoint, the jaw driven through the same action between its motions."""
+pick_and_place checkpoint, the jaw driven through the same action between its motions, its
+bag a demonstration the trainer replays; a stack checkpoint without a goal sets the box on
+the base where the tracker sees it."""
 from __future__ import annotations
 
 import threading
@@ -28,7 +31,7 @@ def gripper_cell(share_dir, tmp_path_factory):
     from real2sim2real_ros.ros.commander import Commander
     tmp = tmp_path_factory.mktemp('grip')
     graph = start_graph('cell_emulated.launch.xml', {
-        'cell_spec': str(share_dir / 'config' / 'cells' / 'gripper.yaml'),
+        'cell_spec': str(share_dir / 'config' / 'cells' / 'gripper_stack.yaml'),
         'run_dir': str(tmp / 'runs')}, tmp)
     cmd = Commander(node_name='grip_test_commander')
     try:
@@ -129,7 +132,7 @@ def test_execute_policy_picks_and_places_the_box_through_the_jaw(gripper_cell):
                                          {'object_size': [0.08, 0.06, 0.05]}, seed=0)
         assert cmd.arm(wait=30).success
         r = cmd.execute_policy(ckpt, list(goal), task='pick_and_place', max_duration=90,
-                               timeout=180)
+                               timeout=180, record=True)
         time.sleep(0.5)
         xy1, _, _, up1, _ = relay.pose()
     finally:
@@ -141,4 +144,69 @@ def test_execute_policy_picks_and_places_the_box_through_the_jaw(gripper_cell):
     assert r.error_code == ExecutePolicy.Result.NONE, r.error_msg
     assert np.max(np.abs(xy1 - goal)) < 0.05 and up1 > 0.95     # in the square, upright
     assert _jaw(cmd) > 0.035 and r.task_success
+    _replay_the_recorded_pick(r.bag_path, goal)
 
+
+def _replay_the_recorded_pick(bag_path, goal):
+    """The episode's bag is a demonstration (core/policies/demo_bags.py): one PolicyStep, its
+    start the tracked box and the goal, its action the expert's; replayed in a twin of the
+    cell's box (the grasp recipe; a lab's twin from reconstruction has the same box) it
+    places the box too, so the trainer would imitate it (record-demos -> BC -> PPO)."""
+    from real2sim2real_ros.core.policies.demo_bags import read_demo_bags
+    from real2sim2real_ros.core.policies.pipeline import replay_recorded_demos
+    from real2sim2real_ros.core.robot_description import gripper_cell_urdf, load_robot
+    from real2sim2real_ros.core.tasks import get_task
+    from real2sim2real_ros.core.tasks.worlds import TaskObject, TwinWorld, task_scene_xml
+    from real2sim2real_ros.core.twin import Twin
+    assert bag_path, 'the episode was not recorded'
+    task = get_task('pick_and_place', load_robot(gripper_cell_urdf()),
+                    {'object_size': [0.08, 0.06, 0.05]})
+    demos = read_demo_bags([bag_path], task)
+    assert len(demos) == 1 and demos[0].actions.shape == (1, 4)
+    np.testing.assert_allclose(demos[0].reset.goal_xy, goal, atol=1e-9)
+    twin = Twin(task.robot, task_scene_xml(TaskObject('box_0', (0.08, 0.06, 0.05))))
+    try:
+        kept = replay_recorded_demos(task, TwinWorld(twin, 'box_0'), demos)
+    finally:
+        twin.close()
+    assert (kept.episodes_tried, kept.episodes_kept) == (1, 1), kept.details
+
+
+def test_execute_policy_stacks_the_box_on_the_tracked_base(gripper_cell):
+    """A stack checkpoint (the scripted expert) with NO task_goal: the executor takes the
+    base's centre from /tracked_objects (the checkpoint's base_id, box_1, placed 0.18 m to
+    the box's left; poses relayed from the cell as a perfect tracker) and the box ends on
+    the base's top face, released."""
+    from geometry_msgs.msg import Point, Pose, Quaternion
+    from helpers.truth_relay import BOX, TruthRelay
+
+    from real2sim2real_msgs.action import ExecutePolicy
+    from real2sim2real_msgs.srv import ResetObjects
+    from real2sim2real_ros.core.policy_execution import write_scripted_checkpoint
+    cmd, tmp = gripper_cell
+    assert cmd.reset_objects([BOX]).success
+    relay = TruthRelay()
+    try:
+        xy0 = relay.pose(timeout=20.0)[0]
+        base = xy0 + np.array([0.0, 0.18])
+        placed = cmd.call(ResetObjects, 'emulated_cell/reset_objects', ResetObjects.Request(
+            object_ids=['box_1'], poses=[Pose(position=Point(x=float(base[0]),
+                                                             y=float(base[1]), z=0.02),
+                                              orientation=Quaternion(w=1.0))]), resend=True)
+        assert placed.success, placed.message
+        relay.relaying = True
+        ckpt = write_scripted_checkpoint(tmp / 'stack', 'stack',
+                                         {'object_size': [0.08, 0.06, 0.05]}, seed=0)
+        assert cmd.arm(wait=30).success
+        r = cmd.execute_policy(ckpt, [], task='stack', max_duration=90, timeout=180)
+        time.sleep(0.5)
+        xy1, z1, _, up1, _ = relay.pose()
+        base1, _, _, _, _ = relay.pose('box_1')
+    finally:
+        relay.close()
+    print(f'execute_policy stack: box {np.round(xy0, 3)} -> {np.round(xy1, 3)} z {z1:.3f}, '
+          f'base at {np.round(base1, 3)}, episode {r.duration:.1f} s, task_success '
+          f'{r.task_success}')
+    assert r.error_code == ExecutePolicy.Result.NONE, r.error_msg
+    assert np.linalg.norm(xy1 - base1) < 0.02 and abs(z1 - 0.065) < 0.01 and up1 > 0.95
+    assert _jaw(cmd) > 0.035 and r.task_success

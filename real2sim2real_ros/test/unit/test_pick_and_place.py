@@ -125,6 +125,52 @@ def test_the_expert_stacks_in_the_twin_and_on_the_mujoco_cell(robot):
     assert all(r.success for r in results), [(r.final_error, r.info) for r in results]
 
 
+class _SeenOff(CellWorld):
+    """A cell whose tracker reports the base ``off`` (m, x, y) from where it stands (None:
+    not seen)."""
+
+    def __init__(self, *a, off=(0.0, 0.0), **kw):
+        super().__init__(*a, **kw)
+        self.off = off
+
+    def observed_position(self, object_id):
+        if self.off is None:
+            return None
+        xyz = np.array(self.world.object_poses()[self.others[object_id]][0], float)
+        return xyz + [*self.off, 0.0]
+
+
+def test_stack_plans_from_the_seen_base_and_is_scored_on_the_true_one(robot):
+    """config/cells/gripper_stack.yaml: the task's base id ('base', as the twin names it) is
+    the cell's box_1. Seen where it stands, the box is stacked; seen 3 cm off, the box is
+    set down 3 cm off the base (stack_radius 2 cm): a failure, scored on the base's true
+    centre (measured: it tips off, ending 7 cm away); not seen: the episode fails before
+    anything moves."""
+    stack = get_task('stack', robot, {'object_size': (0.08, 0.06, 0.05), 'base_id': 'base'})
+    data = yaml.safe_load((CELLS / 'gripper_stack.yaml').read_text())
+    data['cameras'] = []
+    world = make_world(load_cell_spec(data))
+    reset = stack.sample_reset(np.random.default_rng(3))
+    def policy(_obs):
+        return np.zeros(4)     # the expert's: grasp the centre, place on the seen goal
+    try:
+        out = {}
+        for off in ((0.0, 0.0), (0.03, 0.0), None):
+            cell = _SeenOff(world, 'box_0', others={'base': 'box_1'}, off=off)
+            out[off] = (stack.run_episode(cell, reset, policy),
+                        cell.scored_position('base'), cell.world.object_poses()['box_0'][0])
+    finally:
+        world.close()
+    ok, base_xyz, box_xyz = out[(0.0, 0.0)]
+    assert ok.success, (ok.final_error, ok.info)
+    assert np.linalg.norm(base_xyz[:2] - reset.goal_xy) < 0.005    # placed at the goal
+    assert abs(box_xyz[2] - (0.04 + 0.025)) < 0.005                 # on its 4 cm top
+    off, base_xyz, box_xyz = out[(0.03, 0.0)]
+    assert not off.success
+    assert np.linalg.norm(box_xyz[:2] - base_xyz[:2]) > 0.02      # set down off the base
+    assert out[None][0].info == {'goal_not_seen': True}
+
+
 def test_a_redundant_arm_turns_its_hand_to_the_box_faces():
     """The Panda's IK leaves the roll about the tool free for pushing; a grasp needs it: with
     the roll free the hand stayed 0.42 rad off this box's faces, and 4 of 20 Drake-cell
@@ -240,3 +286,30 @@ def test_gentle_pick_sizes_the_grasp_to_the_weight(robot):
     assert hold.success and hold.final_error < 0.01
     # the squeeze is charged: 28.8 N costs 0.72 of the success bonus (effort_scale 40 N)
     assert hold.reward == pytest.approx(1.0 - hold.final_error / 0.05 - e_heavy / 40.0)
+
+
+def test_the_harness_maps_the_stack_base_through_the_reconstruction():
+    """evaluation/harness.base_overrides: the cell's base (HarnessConfig.base_id) as found by
+    the reconstruction becomes the task's base (its id and extents); not found, or not a
+    box: the cell's reason; a task without a base: nothing."""
+    from types import SimpleNamespace as NS
+
+    from real2sim2real_ros.core.evaluation.harness import HarnessConfig, base_overrides
+    from real2sim2real_ros.core.evaluation.reasons import CellEnded
+    found = {'box_0': NS(id='box_0', shape='box', extents=np.array([0.08, 0.06, 0.05])),
+             'box_7': NS(id='box_7', shape='box', extents=np.array([0.071, 0.069, 0.041]))}
+    recon = {'_by_truth': {'box_0': NS(found_id='box_0'), 'box_1': NS(found_id='box_7')},
+             '_found': found}
+    over = {}
+    assert base_overrides(HarnessConfig(task='stack'), recon, over) == {'box_7': 'box_1'}
+    assert over == {'base_id': 'box_7', 'base_size': pytest.approx((0.071, 0.069, 0.041))}
+    over = {}
+    assert base_overrides(HarnessConfig(task='pick_and_place'), recon, over) == {}
+    assert over == {}
+    with pytest.raises(CellEnded, match="did not find the base 'box_2'") as err:
+        base_overrides(HarnessConfig(task='stack', base_id='box_2'), recon, {})
+    assert err.value.code == 'OBJECT_NOT_FOUND'
+    found['box_7'].shape = 'cylinder'
+    with pytest.raises(CellEnded, match='reconstructed as a cylinder') as err:
+        base_overrides(HarnessConfig(task='stack'), recon, {})
+    assert err.value.code == 'UNSUPPORTED_OBJECT'

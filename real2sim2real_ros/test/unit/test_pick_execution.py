@@ -57,9 +57,64 @@ def test_refusals_name_the_goal(robot, gate):
     with pytest.raises(pe.ExecutionError, match='outside the workspace'):
         _episode(robot, gate, [2.0, 0.0])
     stack = get_task('stack', robot)
-    with pytest.raises(pe.ExecutionError, match="task_goal must be the base box's centre"):
-        pe.make_episode(pe.LoadedPolicy(Path('s'), stack, lambda obs: np.zeros(4), {}), gate,
-                        [])
+    ep = pe.make_episode(pe.LoadedPolicy(Path('s'), stack, lambda obs: np.zeros(4), {}), gate,
+                         [])
+    box = pe.ObjectPose.from_xyz_quat([0.45, -0.10, 0.025], [1.0, 0, 0, 0])
+    with pytest.raises(pe.ExecutionError, match="no fresh tracked pose of the base 'box_1'") \
+            as err:
+        ep.start(ep.task.ik.q_ready.copy(), box)     # nothing tracked besides the box
+    assert err.value.kind == pe.OBSERVATION_UNAVAILABLE
+    ep.other_pose = {'box_1': pe.ObjectPose.from_xyz_quat([2.0, 0.1, 0.02],
+                                                          [1.0, 0, 0, 0])}.get
+    with pytest.raises(pe.ExecutionError, match="tracked base 'box_1'.*outside the workspace"):
+        ep.start(ep.task.ik.q_ready.copy(), box)
+
+
+def test_the_pose_buffer_keeps_the_other_objects_fresh_or_not():
+    buf = pe.PoseBuffer('box_0')
+    p0 = pe.ObjectPose.from_xyz_quat([0.5, 0.1, 0.02], [1.0, 0, 0, 0], 10.0)
+    p1 = pe.ObjectPose.from_xyz_quat([0.4, 0.2, 0.02], [1.0, 0, 0, 0], 10.0)
+    assert not buf.add(['box_1'], [p1], 10.0, 10.0)          # not this object
+    assert buf.add(['box_0', 'box_1'], [p0, p1], 10.0, 10.0)
+    assert buf.fresh_other('box_1', 10.5, 1.0) is p1
+    assert buf.fresh_other('box_1', 11.5, 1.0) is None        # older than max_age
+    assert buf.fresh_other('box_0', 10.5, 1.0) is None        # the task's own: .fresh()
+    assert buf.fresh_other('box_9', 10.5, 1.0) is None
+
+
+def test_stack_episode_sets_the_box_on_the_tracked_base(robot, gate):
+    """stack with no task_goal on config/cells/gripper_stack.yaml: the base (box_1, placed
+    0.18 m to the box's left) seen through ``other_pose`` (a perfect tracker) is the goal;
+    the box ends on its top face."""
+    world = EmulatedWorld(load_cell_spec(CELLS_DIR / 'gripper_stack.yaml'))
+    names = list(world.joint_names)
+
+    def pose(oid='box_0'):
+        xyz, quat = world.object_poses()[oid]
+        return pe.ObjectPose.from_xyz_quat(xyz, quat, world.time)
+    start = pose()
+    base_xy = start.xy + [0.0, 0.18]
+    world.reset_objects(['box_1'], [(np.array([*base_xy, 0.02]), np.array([1.0, 0, 0, 0]))])
+    world.step_for(0.3)
+    task = get_task('stack', robot, {'object_size': (0.08, 0.06, 0.05)})
+    ep = pe.make_episode(pe.LoadedPolicy(Path('s'), task, lambda obs: np.zeros(4), {}), gate,
+                         [])
+    ep.other_pose = lambda oid: pose(oid)
+    for m in ep.start(world.joint_positions(), start):
+        if m.grip:
+            world.command_gripper(*m.grip)
+            world.step_for(0.8)
+        t = m.trajectory
+        world.set_trajectory(JointTrajectoryCommand(names, t.times, t.positions,
+                                                    t.velocities))
+        world.step_for(t.duration + m.settle + 0.2)
+    ep.jaw_position = world.gripper_state()[0]
+    end, base = pose(), pose('box_1')
+    print(f'stack on the gripper_stack cell: box {np.round(end.position, 3)}, base '
+          f'{np.round(base.position, 3)}')
+    np.testing.assert_allclose(ep.goal_xy, base_xy, atol=0.003)
+    assert np.linalg.norm(end.xy - base.xy) < 0.01 and end.position[2] > 0.06
+    assert ep.success(end)
 
 
 def test_pick_episode_on_the_emulated_gripper_cell_places_the_box(robot, gate):

@@ -177,9 +177,13 @@ def test_the_held_mass_replaces_the_strikes_in_the_harness():
     """harness._use_held_mass: the parameter set, the used values and the mass row take the
     held estimate (the prior kept, the strikes' estimate kept in the row)."""
     from real2sim2real_ros.core.evaluation.harness import _use_held_mass
-    from real2sim2real_ros.core.grasping.slip import held_mass_interval
+    from real2sim2real_ros.core.grasping.slip import held_mass_estimate, held_mass_interval
     from real2sim2real_ros.core.parameters import ParameterEstimate, ParameterSet
     name = 'body/box_0/mass'
+    est = held_mass_estimate(name, (0.88, 0.013), 0.2)    # the floor: +-10%
+    assert (est.value, est.lower_95, est.upper_95, est.prior) == pytest.approx(
+        (0.88, 0.792, 0.968, 0.2)) and est.identified and est.unit == 'kg'
+    assert held_mass_estimate(name, None, 0.2) is None    # out before the lift ended
     ps = ParameterSet()
     ps.add(ParameterEstimate(name, 0.41, 0.35, 0.47, 0.14, 'kg', True))
     used = {name: 0.41}

@@ -66,6 +66,7 @@ class HarnessConfig:
     # an identification config (config/identification.yaml format); None: the package's
     identification_config: str | None = None
     object_id: str = 'box_0'         # the cell's object the task acts on (evaluator's choice)
+    base_id: str = 'box_1'           # stack: the cell's box the object is set on (likewise)
     observation: str = 'tracker'     # what a policy on the cell sees: 'tracker' or 'truth'
     tracker_rate: float = 5.0        # Hz (object_tracker max_rate, config/params.yaml)
     tracker_latency: float = 0.035   # s from a frame to its pose (the tracker's CPU per frame)
@@ -168,6 +169,28 @@ def task_overrides(cfg: HarnessConfig, found) -> dict:
             'object_shape': found.shape}
 
 
+def base_overrides(cfg: HarnessConfig, recon: dict, task_over: dict) -> dict:
+    """A task with a base (stack): the cell's ``cfg.base_id`` as the reconstruction found it
+    becomes the task's base (its id and reconstructed extents into ``task_over``); returns
+    {twin id: cell id} for the cell backend ({} for a task without one). OBJECT_NOT_FOUND
+    when the reconstruction did not find it, UNSUPPORTED_OBJECT when not as a box."""
+    from ..tasks.spec import config_class, load_task_spec, shipped_spec, shipped_task_names
+    from .reasons import CellEnded
+    spec = (shipped_spec(cfg.task) if cfg.task in shipped_task_names()
+            else load_task_spec(cfg.task))
+    if 'base_id' not in config_class(spec.task).__dataclass_fields__:
+        return {}
+    if cfg.base_id not in recon['_by_truth']:
+        raise CellEnded('OBJECT_NOT_FOUND', f'reconstruction did not find the base '
+                        f'{cfg.base_id!r} ({cfg.task} sets the object on it)')
+    base = recon['_found'][recon['_by_truth'][cfg.base_id].found_id]
+    if base.shape != 'box':
+        raise CellEnded('UNSUPPORTED_OBJECT', f'the base was reconstructed as a {base.shape}; '
+                        f'{cfg.task} sets the object on a box')
+    task_over.update(base_id=base.id, base_size=tuple(float(v) for v in base.extents))
+    return {base.id: cfg.base_id}
+
+
 def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) -> dict:
     """All stages on one cell; returns the cell's JSON record (see README, schema)."""
     import torch
@@ -213,7 +236,8 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                         f'{spec.name}: reconstruction did not find {cfg.object_id!r}')
     found = recon['_found'][recon['_by_truth'][cfg.object_id].found_id]
     task_over = task_overrides(cfg, found)
-    object_map = {cfg.object_id: found.id}
+    others = base_overrides(cfg, recon, task_over)   # stack: twin id -> cell id of its base
+    object_map = {cfg.object_id: found.id, **{c: f for f, c in others.items()}}
     table_h = recon['table_height']
 
     t = time.perf_counter()
@@ -311,7 +335,8 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                                       table_h, found.id, rate=cfg.tracker_rate,
                                       latency=cfg.tracker_latency)
     # One-shot tasks observe only the start; closed-loop ones every frame during motion.
-    cell = CellWorld(world, cfg.object_id, observer, stream=not one_shot, frame_yaw=frame_yaw)
+    cell = CellWorld(world, cfg.object_id, observer, stream=not one_shot, frame_yaw=frame_yaw,
+                     others=others)
     policies: dict[str, dict] = {}
     for name in POLICIES:
         t = time.perf_counter()
@@ -345,7 +370,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
             # (an allowed, labelled read: not what the loop's figures are computed on).
             with door.open('comparison: policy observing the true pose'):
                 truth_seen = _eval_row(evaluate(task, CellWorld(world, cfg.object_id,
-                                                          frame_yaw=frame_yaw),
+                                                          frame_yaw=frame_yaw, others=others),
                                                 fn, cfg.trials, eval_seed))
         ident_tw = (own if name != 'nominal' else
                     evaluate(task, TwinWorld(twins['identified'], found.id), fn, cfg.trials,

@@ -348,7 +348,7 @@ def identify_grip(world, robot, cfg, task, twin, found, table_height: float, fra
         SlipConfig,
         fit_finger_friction,
         held_mass,
-        held_mass_interval,
+        held_mass_estimate,
         run_slip_probe,
     )
     from ..parameters import ParameterEstimate
@@ -364,13 +364,10 @@ def identify_grip(world, robot, cfg, task, twin, found, table_height: float, fra
     cell = CellWorld(world, cfg.object_id, observer, stream=False, frame_yaw=frame_yaw)
     run = run_slip_probe(task, cell, reset, slip_cfg)
     mass = held_mass(robot, run)
-    mass_est = None
-    if mass is not None:
-        name = object_parameter_names(found.id)[1]
-        lo, hi = held_mass_interval(mass)
-        mass_est = ParameterEstimate(name, mass[0], max(lo, 1e-6), hi,
-                                     twin.get_parameter(name), 'kg', True)
-        twin.set_parameter(name, mass[0])
+    name = object_parameter_names(found.id)[1]
+    mass_est = held_mass_estimate(name, mass, twin.get_parameter(name))
+    if mass_est is not None:
+        twin.set_parameter(name, mass_est.value)
     prior = twin.get_parameter(PARAMETER)
     fit = fit_finger_friction(task, TwinWorld(twin, found.id), run, slip_cfg)
     est = ParameterEstimate(PARAMETER, fit.value, fit.lower_95, fit.upper_95, prior, '1',

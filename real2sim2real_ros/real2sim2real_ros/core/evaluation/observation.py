@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 
 import numpy as np
 
@@ -49,6 +50,7 @@ class TrackedObservation:
         self._pending: list[tuple[float, np.ndarray, float]] = []   # (stamp, xyz, yaw)
         self._latest: tuple[float, np.ndarray, float] | None = None
         self._last_frame = -math.inf
+        self._frames: deque = deque(maxlen=2 * START_FRAMES)   # (stamp, {id: xyz}) of all seen
         self.cost = {'frames': 0, 'render_s': 0.0, 'track_s': 0.0, 'episodes': 0,
                      'not_seen_at_start': 0, 'lost': 0}
         self.missed: dict[str, int] = {}    # the tracker's reason -> frames without the object
@@ -72,6 +74,7 @@ class TrackedObservation:
         self.cost['frames'] += 1
         self.cost['track_s'] += track
         self.cost['render_s'] += max(wall - track, 0.0)
+        self._frames.append((stamp, {k: np.asarray(v[0], float) for k, v in seen.items()}))
         if self.object_id in seen:
             xyz, yaw = seen[self.object_id]
             self._pending.append((stamp, np.asarray(xyz, float), float(yaw)))
@@ -107,6 +110,7 @@ class TrackedObservation:
     def restart_clock(self) -> None:
         """The world's clock went back (EmulatedWorld.reset): drop stamps, keep the tracker."""
         self._pending.clear()
+        self._frames.clear()
         self._latest = None
         self._last_frame = -math.inf
 
@@ -139,6 +143,19 @@ class TrackedObservation:
                                   f'than {self.timeout:g} s at t = {world.time:.2f} s')
         _, xyz, yaw = self._latest
         return xyz.copy(), yaw_quat(yaw)
+
+    def position_of(self, object_id: str, world) -> np.ndarray | None:
+        """The newest usable tracked position (m) of ANY object the tracker reports (the
+        task's ids: a stack's base) from the frames taken so far, or None when none younger
+        than ``timeout`` has it (counted in ``cost['others_not_seen']``)."""
+        now = world.time
+        for stamp, poses in reversed(self._frames):
+            if stamp + self.latency <= now + 1e-9 and object_id in poses:
+                if now - stamp <= self.timeout:
+                    return poses[object_id].copy()
+                break
+        self.cost['others_not_seen'] = self.cost.get('others_not_seen', 0) + 1
+        return None
 
 
 __all__ = ['OBSERVATION_TIMEOUT', 'START_FRAMES', 'TRACKER_LATENCY', 'TRACKER_RATE',

@@ -182,6 +182,18 @@ def held_mass_interval(mass: tuple[float, float]) -> tuple[float, float]:
     return m - half, m + half
 
 
+def held_mass_estimate(name: str, mass: tuple[float, float] | None, prior: float):
+    """The object's mass parameter ``name`` (kg) from a :func:`held_mass` result, as a
+    ParameterEstimate with :func:`held_mass_interval`'s 95% interval (None when there is
+    no held mass: the box was out before the lift ended). One form for the harness and the
+    system_identification node."""
+    from ..parameters import ParameterEstimate
+    if mass is None:
+        return None
+    lo, hi = held_mass_interval(mass)
+    return ParameterEstimate(name, float(mass[0]), max(lo, 1e-6), hi, float(prior), 'kg', True)
+
+
 def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRun:
     """The probe on ``world`` for ``task`` (a PickAndPlace) with the box placed at ``reset``'s
     start: planned from the observed start (tracked on a cell with an observer), read back

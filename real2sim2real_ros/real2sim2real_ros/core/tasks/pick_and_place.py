@@ -30,7 +30,7 @@ from ..twin import UnstableTwinError
 from .base import EpisodeResult, ResetSample, TaskError, check_action
 from .kinematics import ToolDownIK
 from .spec import DeclaredTask
-from .worlds import observed_start, scored_pose
+from .worlds import observed_position, observed_start, scored_pose, scored_position
 
 QUARTER = math.pi / 2
 SQUARE_TOLERANCE = 0.005   # m: a box whose horizontal extents differ less is held either way
@@ -162,6 +162,15 @@ class PickAndPlace(DeclaredTask):
     def arrange(self, world, reset: ResetSample) -> None:
         """Put the episode's other objects in place (none here; stack: the base)."""
 
+    def observed_goal(self, world, reset: ResetSample):
+        """The goal (x, y) the policy plans for: the target square's centre (declared, as a
+        lab marks it on its table); stack: the base's centre as seen."""
+        return np.asarray(reset.goal_xy, float)
+
+    def scored_goal(self, world, reset: ResetSample):
+        """The goal (x, y) the outcome is scored against (the target square's centre)."""
+        return np.asarray(reset.goal_xy, float)
+
     def jaw_axis_yaw(self, q) -> float:
         """Yaw (rad) of the jaw's travel axis at joints ``q`` (hold.jaw_axis_yaw)."""
         return jaw_axis_yaw(self.robot, self.ik, q)
@@ -258,11 +267,14 @@ class PickAndPlace(DeclaredTask):
         if prepare is not None:
             prepare()
         true_xyz = [*reset.object_xy, self.object_z]
-        seen = observed_start(world, true_xyz, reset.object_yaw)
-        if seen is None:
-            return self._failed(world, reset, {'not_seen': True})
+        seen = observed_start(world, true_xyz, reset.object_yaw,
+                              lambda w: self.arrange(w, reset))
+        goal = self.observed_goal(world, reset)
+        if seen is None or goal is None:
+            return self._failed(world, reset, {'not_seen': True} if seen is None else
+                                {'goal_not_seen': True})
         view = replace(reset, object_xy=np.asarray(seen[0][:2], float),
-                       object_yaw=float(seen[1]))
+                       object_yaw=float(seen[1]), goal_xy=np.asarray(goal, float))
         obs = self.observation(self.initial_state(view))
         action = check_action(self, policy(obs))
         plan = self.plan(view, action)
@@ -283,7 +295,8 @@ class PickAndPlace(DeclaredTask):
             self._wait(world, plan['retreat'][1][-1], 0.1)
             xyz, quat = scored_pose(world)
             speed = float(np.linalg.norm(np.asarray(xyz) - xyz0)) / 0.1
-            state = self.outcome_state(reset.goal_xy, xyz, quat, world.gripper_state()[0], speed)
+            state = self.outcome_state(self.scored_goal(world, reset), xyz, quat,
+                                       world.gripper_state()[0], speed)
             state['grasp_effort'] = plan['effort']
         except UnstableTwinError:
             return self._failed(world, reset, {'unstable': True}, obs, action)
@@ -399,7 +412,21 @@ class Stack(PickAndPlace):
             return None
         return result.observations[0].copy(), result.actions[0].copy()
 
+    def _base_xyz(self, reset: ResetSample) -> list:
+        return [*reset.goal_xy, self.cfg.table_height + self.cfg.base_size[2] / 2]
+
     def arrange(self, world, reset: ResetSample) -> None:
         """The base at rest on the table at the goal point, turned like the box."""
-        z = self.cfg.table_height + self.cfg.base_size[2] / 2
-        world.place_object(self.cfg.base_id, [*reset.goal_xy, z], reset.object_yaw)
+        world.place_object(self.cfg.base_id, self._base_xyz(reset), reset.object_yaw)
+
+    def observed_goal(self, world, reset: ResetSample):
+        """The base's centre (x, y) as the policy sees it at the start (a cell: tracked; None
+        when the tracker does not see it)."""
+        xyz = observed_position(world, self.cfg.base_id, self._base_xyz(reset))
+        return None if xyz is None else np.asarray(xyz[:2], float)
+
+    def scored_goal(self, world, reset: ResetSample):
+        """The base's TRUE centre (x, y) at the episode's end: the box is scored on the base
+        where it stands, pushed or not."""
+        return np.asarray(scored_position(world, self.cfg.base_id, self._base_xyz(reset))[:2],
+                          float)

@@ -3,7 +3,8 @@
 Both backends take joint trajectories with JTC semantics (the reference starts from the held
 position) and report the object's pose twice: ``object_pose()`` is what the policy observes,
 ``scored_object_pose()`` what the episode is scored on. ``observe_start(xyz, yaw)`` places
-the object for an episode and returns the start pose the policy plans from. In a twin all
+the object for an episode and returns the start pose the policy plans from (another object
+of the episode, a stack's base: ``observed_position`` / ``scored_position``). In a twin all
 three are the twin's state. On a cell with an ``observer`` (evaluation/observation.py: the
 depth tracker at its rate and latency) the policy gets the tracked poses and the tracked start;
 only ``scored_object_pose`` reads the cell's TRUE pose, inside the world's truth door
@@ -132,12 +133,30 @@ def applied_parameters(twin: Twin, params: dict | None):
         set_twin_parameters(twin, saved)
 
 
-def observed_start(world, object_xyz, object_yaw: float):
-    """``world.observe_start`` where the backend has one (else the placement itself)."""
+def observed_start(world, object_xyz, object_yaw: float, arrange=None):
+    """``world.observe_start`` where the backend has one (else the placement itself).
+    ``arrange(world)`` puts the episode's other objects in place before the start is seen
+    (a stack's base, which is then seen too)."""
     fn = getattr(world, 'observe_start', None)
     if fn is None:
         return np.asarray(object_xyz, float), float(object_yaw)
-    return fn(object_xyz, object_yaw)
+    return fn(object_xyz, object_yaw) if arrange is None else fn(object_xyz, object_yaw,
+                                                                 arrange=arrange)
+
+
+def observed_position(world, object_id: str, placed_xyz):
+    """Where the policy sees another object of the episode (a stack's base) at its start:
+    ``world.observed_position`` where the backend has one (a cell: tracked, None when the
+    tracker does not see it), else the placement itself."""
+    fn = getattr(world, 'observed_position', None)
+    return np.asarray(placed_xyz, float) if fn is None else fn(object_id)
+
+
+def scored_position(world, object_id: str, placed_xyz) -> np.ndarray:
+    """The TRUE position (m) of another object of the episode, for the score only:
+    ``world.scored_position`` where the backend has one, else the placement itself."""
+    fn = getattr(world, 'scored_position', None)
+    return np.asarray(placed_xyz, float) if fn is None else fn(object_id)
 
 
 def scored_pose(world):
@@ -236,8 +255,9 @@ class TwinWorld:
 
     observation_source = 'twin'
 
-    def observe_start(self, object_xyz, object_yaw: float):
-        """The start the policy plans from: in a twin, exactly where the episode puts it."""
+    def observe_start(self, object_xyz, object_yaw: float, arrange=None):
+        """The start the policy plans from: in a twin, exactly where the episode puts it (the
+        other objects, ``arrange``, are placed after :meth:`reset`, which resets the twin)."""
         return np.asarray(object_xyz, float), float(object_yaw)
 
     def object_pose(self) -> tuple[np.ndarray, np.ndarray]:
@@ -246,6 +266,16 @@ class TwinWorld:
         return q[self._qa:self._qa + 3].copy(), q[self._qa + 3:self._qa + 7].copy()
 
     scored_object_pose = object_pose
+
+    def scored_position(self, object_id: str) -> np.ndarray:
+        """Position (m) of another free object of the scene (a stack's base)."""
+        m = self.twin.model
+        j = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, OBJECT_PREFIX + object_id)
+        if j < 0:
+            raise ValueError(f'no free object {object_id!r} in the twin; have '
+                             f'{self.twin.object_ids}')
+        qa = int(m.jnt_qposadr[j])
+        return self.twin.data.qpos[qa:qa + 3].copy()
 
     def joint_positions(self) -> np.ndarray:
         """The arm's joint positions (rad)."""
@@ -266,14 +296,21 @@ class CellWorld:
     axes by a multiple of 90 degrees) to the cell object's own frame, about its z axis. The
     evaluator places the object at the episode's yaw + ``frame_yaw`` and reads poses back
     in the episode's frame, so that an episode means the same physical placement in the
-    cell and in the twin. 0: the frames agree."""
+    cell and in the twin. 0: the frames agree.
+
+    ``others``: the episode's other objects (a stack's base), the task's id (the twin's, as
+    the tracker reports it) -> the cell's id. The evaluator places them by the task's id;
+    the policy sees them through the observer (a base's yaw is not mapped: only its
+    position is observed and scored)."""
 
     kind = 'cell'
 
     def __init__(self, world, object_id: str, observer=None, stream: bool = True,
-                 frame_yaw: float = 0.0):
-        if object_id not in world.object_ids:
-            raise ValueError(f'no object {object_id!r} in the cell')
+                 frame_yaw: float = 0.0, others: dict | None = None):
+        self.others = dict(others or {})
+        for oid in [object_id, *self.others.values()]:
+            if oid not in world.object_ids:
+                raise ValueError(f'no object {oid!r} in the cell; have {world.object_ids}')
         self.world = world
         self.object_id = object_id
         self.joint_names = list(world.joint_names)
@@ -299,13 +336,16 @@ class CellWorld:
         self.world.reset_objects([self.object_id], [(np.asarray(object_xyz, float),
                                                      yaw_quat(object_yaw + self.frame_yaw))])
 
-    def observe_start(self, object_xyz, object_yaw: float):
-        """The evaluator places the object (the arm at its initial pose); the start pose the
-        policy plans from: tracked (None when the tracker does not see it), or without an
-        observer the true pose (a truth read)."""
+    def observe_start(self, object_xyz, object_yaw: float, arrange=None):
+        """The evaluator places the object (the arm at its initial pose) and, with
+        ``arrange(self)``, the episode's other objects; the start pose the policy plans
+        from: tracked (None when the tracker does not see it), or without an observer the
+        true pose (a truth read)."""
         w = self.world
         w.reset()
         self._place(object_xyz, object_yaw)
+        if arrange is not None:
+            arrange(self)
         if self.observer is None:
             xyz, quat = self._episode_frame(*w.object_poses()[self.object_id])
             return xyz, quat_yaw(quat)
@@ -346,8 +386,24 @@ class CellWorld:
             self.observer.step(self.world, d, stream=self.stream)
 
     def place_object(self, object_id: str, xyz, yaw: float) -> None:
-        """The evaluator puts another object (a stack's base) at ``xyz``, ``yaw``."""
-        self.world.reset_objects([object_id], [(np.asarray(xyz, float), yaw_quat(yaw))])
+        """The evaluator puts another object (a stack's base; the task's id) at ``xyz``,
+        ``yaw``."""
+        self.world.reset_objects([self.others.get(object_id, object_id)],
+                                 [(np.asarray(xyz, float), yaw_quat(yaw))])
+
+    def observed_position(self, object_id: str):
+        """Where the policy sees another object (the task's id) at the episode's start: its
+        tracked position from the start's frames (None when the tracker does not see it), or
+        without an observer the true one (a truth read)."""
+        if self.observer is not None:
+            return self.observer.position_of(object_id, self.world)
+        return np.asarray(self.world.object_poses()[self.others.get(object_id, object_id)][0])
+
+    def scored_position(self, object_id: str) -> np.ndarray:
+        """The TRUE position (m) of another object (the task's id), for the score only."""
+        with self.world.truth.scoring():
+            return np.asarray(
+                self.world.object_poses()[self.others.get(object_id, object_id)][0], float)
 
     def command_gripper(self, position: float, max_effort: float | None = None) -> None:
         """The cell's jaw towards ``position`` (m) with at most ``max_effort`` (N)."""

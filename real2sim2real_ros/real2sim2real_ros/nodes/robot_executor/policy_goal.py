@@ -186,6 +186,8 @@ class PolicyGoals:
         if problem:
             raise Abort(Result.STOPPED, f'controller unavailable: {problem}')
         run.first_pose = self._await_pose(goal_handle, ex, run, wait=n.p.observation_wait)
+        run.episode.other_pose = lambda oid: ex.poses.fresh_other(
+            oid, n.now(), n.p.observation_timeout)
         q = self._state_or_abort(Result.OBSERVATION_UNAVAILABLE)
         try:
             motions = run.episode.start(q, run.first_pose)

@@ -207,14 +207,12 @@ class GripProbe:
         try:
             mass_name = object_parameter_names(oid)[1]
             mass = slip.held_mass(robot, run)
-            out = []
-            if mass is not None:
-                lo, hi = slip.held_mass_interval(mass)
-                prior = (estimates[mass_name].prior if estimates and mass_name in estimates
-                         else twin.get_parameter(mass_name))
-                out.append(ParameterEstimate(mass_name, mass[0], max(lo, 1e-6), hi, prior,
-                                             'kg', True))
-                twin.set_parameter(mass_name, mass[0])
+            prior = (estimates[mass_name].prior if estimates and mass_name in estimates
+                     else twin.get_parameter(mass_name))
+            mass_est = slip.held_mass_estimate(mass_name, mass, prior)
+            out = [] if mass_est is None else [mass_est]
+            if mass_est is not None:
+                twin.set_parameter(mass_name, mass_est.value)
             prior = twin.get_parameter(PARAMETER)
             dwells = probe.world.step_dwells(run)
             self._feedback(goal_handle, 'fit finger friction', 0.97)

@@ -11,7 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
@@ -125,8 +124,6 @@ class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
         self._read_parameters()
         self._robot = None
         self._robot_error = 'waiting for robot_description'
-        self._q: np.ndarray | None = None
-        self._q_names: list[str] = []
         self._js: JointState | None = None
         self._runs = 0
         self._scene_path = ''
@@ -183,8 +180,6 @@ class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
 
     def _on_joint_states(self, msg: JointState):
         with self._lock:
-            self._q_names = list(msg.name)
-            self._q = np.array(msg.position, float)
             self._js = msg
 
     def _on_identify(self, goal_handle):

@@ -37,15 +37,8 @@ class ExecutorProbes:
     """SystemIdentificationNode's probes on the cell (a mixin: ``self`` is the node)."""
 
     def _current(self, robot) -> np.ndarray:
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            with self._lock:
-                q, names = self._q, self._q_names
-            if q is not None and all(n in names for n in robot.joint_names):
-                return np.array([q[names.index(n)] for n in robot.joint_names])
-            time.sleep(0.05)
-        raise GoalFailed(EXECUTION_FAILED,
-                    f'no {self.p.joint_states_topic} with joints {list(robot.joint_names)}')
+        """The arm's joint positions in the latest joint_states (see :meth:`_latest`)."""
+        return self._latest(robot.joint_names)[0]
 
     def _latest(self, names) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(positions, velocities, efforts) of joints ``names`` in the latest joint_states
