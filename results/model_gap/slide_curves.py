@@ -15,9 +15,9 @@ predicted 90-100% where the cell gave 20-50%, docs/model_gap.md), slide_to_targe
 The slide is the box's displacement along the strike heading, read from the cells' true
 poses (a measurement, not a stage: only the evaluator reads truth). For each MuJoCo friction
 the RMS difference to the Drake curve over the speeds, and per speed the friction whose
-slide equals Drake's (linear interpolation over the grid's upright outcomes): one friction fitting every speed
-means a friction fit could close the gap; a friction that has to change with the speed means
-it cannot.
+slide equals Drake's (linear interpolation over the grid's upright outcomes): one friction
+fitting every speed means a friction fit could close the gap; a friction that has to change
+with the speed means it cannot.
 
     scripts/env.sh python results/model_gap/slide_curves.py \
         --out results/model_gap/slide_curves.json          # about 2 min on 2 cores
@@ -162,8 +162,9 @@ def plot(results: list[dict], path: Path) -> None:
         _curve(ax, r['curves']['mujoco_true'], color='tab:red', lw=2, ls='--',
                label=f'MuJoCo, true values (friction {r["box"]["friction"][0]:g})')
         _curve(ax, r['curves']['drake'], color='black', lw=2.5, label='Drake cell')
+        ratio = r['drake'].get('static_friction_ratio', 1)
         ax.set_title(f'{r["cell"]}: box {r["box"]["mass"] * 1e3:.0f} g, friction '
-                     f'{r["box"]["friction"][0]:g} (static x{r["drake"].get("static_friction_ratio", 1):g})')
+                     f'{r["box"]["friction"][0]:g} (static x{ratio:g})')
         ax.set_xlabel('strike speed (m/s)')
         ax.set_ylabel('slide along the strike (mm); x: the box tipped')
         ax.set_ylim(0, 600)

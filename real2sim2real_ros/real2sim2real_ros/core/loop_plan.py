@@ -201,6 +201,13 @@ def sample_goal(task, rng: np.random.Generator, object_xy, object_yaw: float, *,
     return float(goal[0]), float(goal[1]), float(goal_yaw)
 
 
+def tracked_goal(task) -> str:
+    """The id of the object whose tracked pose IS a trial's goal (stack: its base box), ''
+    when the goal is drawn: the coordinator then sends no goal and the executor takes that
+    object's tracked centre."""
+    return str(getattr(task.cfg, 'base_id', '') or '')
+
+
 def given_goals(values: Sequence[float]) -> list[tuple[float, float, float]]:
     """Goals from a flat [x, y, yaw, x, y, yaw, ...] list (the ``execute_goals`` parameter)."""
     vals = [float(v) for v in values]

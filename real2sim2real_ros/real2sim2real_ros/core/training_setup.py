@@ -26,7 +26,7 @@ import mujoco
 
 from .parameters import ParameterError, ParameterSet
 from .tasks import TaskError, get_task, task_names
-from .tasks.spec import shipped_spec
+from .tasks.spec import config_class, shipped_spec
 from .tasks.worlds import (
     OBJECT_GEOM_PRIORITY,
     OBJECT_PREFIX,
@@ -145,6 +145,24 @@ def declared_object(task_name: str, scene: SceneInfo) -> str:
         return ''
 
 
+def select_base(task_name: str, scene: SceneInfo, object_id: str) -> dict:
+    """A task with a base (stack): the scene's box it sets the object on, as task config
+    entries (``base_id``, ``base_size``): the task's declared ``base_id`` where the scene has
+    it as a box other than the object, else the first other box. {} for a task without a
+    base; SceneError when the scene has no other box."""
+    spec = shipped_spec(task_name)
+    if 'base_id' not in config_class(spec.task).__dataclass_fields__:
+        return {}
+    others = [o for o in scene.objects if o.shape == 'box' and o.id != object_id]
+    if not others:
+        raise SceneError(f'{task_name} sets the object on a second box (its base); the scene '
+                         f'({scene.source} {scene.mjcf_path}) has none besides {object_id!r}: '
+                         f'{[(o.id, o.shape) for o in scene.objects]}')
+    declared = spec.config.get('base_id')
+    base = next((o for o in others if o.id == declared), others[0])
+    return {'base_id': base.id, 'base_size': tuple(float(v) for v in base.size)}
+
+
 def _reconstructed_scene_spec(mjcf_path: str, friction_prior: float) -> mujoco.MjSpec:
     try:
         spec = mujoco.MjSpec.from_file(str(mjcf_path))
@@ -208,7 +226,8 @@ def build_task_and_twin(robot, task_name: str, *, scene: SceneInfo | None = None
         obj = select_object(scene, object_id or declared_object(task_name, scene),
                             ('box', extra.get('object_shape', 'box')))
         overrides.update(object_id=obj.id, object_size=tuple(obj.size),
-                         table_height=float(scene.table_height))
+                         table_height=float(scene.table_height),
+                         **select_base(task_name, scene, obj.id))
     elif object_id and not task_config:
         overrides['object_id'] = object_id
     overrides.update(extra)

@@ -299,3 +299,13 @@ def test_a_late_pose_is_judged_by_the_tasks_rule():
     assert task.state['goal_yaw'] == pytest.approx(yaw)     # no goal yaw: the object's own
     assert not lp.task_success_at(task, (0.50, 0.10, 0.02), quat, (0.60, 0.10, 1.0))
     assert task.state['goal_yaw'] == 1.0
+
+
+def test_a_stack_trial_goal_is_its_tracked_base():
+    """stack: the coordinator sends no goal (the executor takes the base's tracked centre);
+    pick_and_place's goal is drawn."""
+    from real2sim2real_ros.core.robot_description import gripper_cell_urdf, load_robot
+    from real2sim2real_ros.core.tasks import get_task
+    robot = load_robot(gripper_cell_urdf())
+    assert lp.tracked_goal(get_task('stack', robot, {'base_id': 'box_7'})) == 'box_7'
+    assert lp.tracked_goal(get_task('pick_and_place', robot)) == ''

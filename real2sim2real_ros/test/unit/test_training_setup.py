@@ -13,6 +13,7 @@ from real2sim2real_ros.core.training_setup import (
     build_task_and_twin,
     load_parameter_set,
     scene_info_from_mjcf,
+    select_base,
     select_object,
     training_steps,
 )
@@ -171,3 +172,28 @@ def test_a_checkpoints_train_manifest_rebuilds_its_twin(tmp_path):
                    'start_values': {'a': 1.0}, 'parameter_values': {'b': 2.0}, 'seed': 5}
     (ckpt.parent / 'manifest.json').write_text(json.dumps({**manifest, 'stage': 'identify'}))
     assert training_manifest(ckpt) is None
+
+
+def test_stack_takes_its_base_from_the_scene(robot, scene, tmp_path):
+    """A task with a base (stack) gets the scene's other box as its base (the declared
+    base_id where the scene has it, else the first other box), with its extents; a scene
+    without one is a SceneError naming what it has; other tasks get nothing."""
+    from real2sim2real_ros.core.robot_description import gripper_cell_urdf, load_robot
+    assert select_base('pick_and_place', scene, 'box_3') == {}
+    with pytest.raises(SceneError, match='stack sets the object on a second box'):
+        select_base('stack', scene, 'box_3')
+    two = SCENE.replace('</worldbody>', """    <body name="object/box_9" pos="0.4 0.2 0.12">
+      <freejoint name="object/box_9"/>
+      <geom name="object/box_9" type="box" size="0.035 0.034 0.02" mass="0.3"/>
+    </body>
+  </worldbody>""")
+    (tmp_path / 'two.xml').write_text(two)
+    scene2 = scene_info_from_mjcf(tmp_path / 'two.xml')
+    assert select_base('stack', scene2, 'box_3') == {
+        'base_id': 'box_9', 'base_size': pytest.approx((0.07, 0.068, 0.04))}
+    task, twin, _ = build_task_and_twin(load_robot(gripper_cell_urdf()), 'stack', scene=scene2)
+    try:
+        assert (task.object_id, task.cfg.base_id) == ('box_3', 'box_9')
+        assert task.place_lift == pytest.approx(0.04)        # set down on the base's top
+    finally:
+        twin.close()

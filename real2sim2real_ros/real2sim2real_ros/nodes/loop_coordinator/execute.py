@@ -127,6 +127,9 @@ class ExecuteStage:
             return given[i % len(given)], 'given'
         if task is None:
             return (), 'task default (checkpoint config unreadable here)'
+        base = lp.tracked_goal(task)
+        if base:     # stack: where its base stands, as the executor tracks it
+            return (), f'the base {base!r} as tracked (the executor\'s)'
         pose = self._object_pose(run, task.object_id, t_reset)
         if pose is None:
             raise StageFailed(f'no pose of {task.object_id} (not tracked on '
