@@ -33,7 +33,7 @@ DEMO_TRAIN_STEPS = 584      # twin episodes of slide_to_target training (= the t
                             # default budget: 80 demos + 3 x 40 self-imitation + 12 x 32 PPO)
 # A pick_and_place episode is stepped in Python with the jaw (0.6-0.9 s each here, against
 # batched rollouts for a strike): the same proportions at about a quarter of the episodes.
-TASK_TRAIN_STEPS = {'pick_and_place': 160, 'gentle_pick_and_place': 160}
+TASK_TRAIN_STEPS = {'pick_and_place': 160, 'gentle_pick_and_place': 160, 'stack': 160}
 DEMO_TRIALS = 10            # policy executions on the emulated cell
 DEMO_TWIN_TRIALS = 20       # twin evaluation episodes
 
@@ -42,10 +42,10 @@ def _say(text: str):
     console.print(f'[bold cyan]demo[/] {text}')
 
 
-# Tasks that need a gripper, and the cell they run on without --cell-spec. Not stack yet:
-# the object tracker sees objects on the table only, so the executor cannot observe a box
-# set down on another (docs/grasping.md).
-GRIPPER_TASKS = {'pick_and_place': 'gripper', 'gentle_pick_and_place': 'gripper'}
+# Tasks that need a gripper, and the cell they run on without --cell-spec (stack: the
+# gripper cell with its base box).
+GRIPPER_TASKS = {'pick_and_place': 'gripper', 'gentle_pick_and_place': 'gripper',
+                 'stack': 'gripper_stack'}
 # The nodes that build a twin from the identification config, and so need the servo gains.
 GAIN_NODES = ('system_identification', 'sim_server', 'policy_trainer')
 

@@ -3,7 +3,8 @@
 Input per frame: a depth image (float32 metres with NaN/0 = hole, or uint16 millimetres with
 0 = hole), the pinhole intrinsics K and ``T_world_camera`` (REP 103 optical frame in the world,
 z up). Known beforehand (from scene reconstruction, or given by hand): each object's id, shape
-and full extents, and the table top's height; objects rest upright on the table.
+and full extents, and the table top's height; objects rest upright on the table or on top of
+another known box (a stack of two).
 
 Per frame (``ObjectTracker.update``):
 
@@ -17,7 +18,11 @@ Per frame (``ObjectTracker.update``):
    ``exclude`` masks (``RobotGeomMask``: the arm's geoms at the measured joint positions;
    ``sphere_mask``: around given link positions).
 3. Connected components of the rest (8-connected, in the image) are the clusters; each has a
-   top height and a footprint (minimum-area rectangle).
+   top height and a footprint (minimum-area rectangle). A cluster taller than any object is
+   a stack: cut at a box's top into that box and the object standing on it (whose pose is
+   then fitted on that support, z = the base's top + h / 2). Which box is the base: the
+   history first (the object last seen standing there, or last frame's reading), else the
+   known shape fitted to the part above with the least RMS.
 4. Association: an object can take a cluster whose top matches its known height
    (``height_tolerance``) and whose footprint is not larger than the object's; cost = distance
    to the object's previous position (priors within ``max_jump`` first), Hungarian
@@ -51,9 +56,10 @@ tracker node starts without its import cost.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -62,6 +68,9 @@ from .geometry import yaw_quat
 SHAPES = ('box', 'cylinder')
 _INCOMPATIBLE = 1e6
 _NOT_FOUND = 'no cluster of its height and size'
+# Association cost of a cluster's top height error against the object's, in m of distance
+# per m (1 cm of height weighs like 10 cm of travel from the last pose).
+HEIGHT_COST = 10.0
 
 
 # ------------------------------------------------------------------ data
@@ -568,6 +577,8 @@ class _Cluster:
     angle: float             # min-area rectangle
     sides: np.ndarray
     centre: np.ndarray
+    support: float = 0.0     # m above the table the object it shows rests on (another's top)
+    only: str = ''           # a split stack's part: the one object it was split for
 
 
 @dataclass
@@ -575,6 +586,7 @@ class _Prior:
     xy: np.ndarray
     yaw: float
     strong: bool             # tracked last frame (gated by max_jump) vs a given/old pose
+    support: float = 0.0     # m above the table it rested on
 
 
 @dataclass
@@ -600,9 +612,10 @@ class ObjectTracker:
         self.config = config or TrackerConfig()
         self._rays_cache: dict = {}
         self._frame: _Frame | None = None
-        # Points above the tallest object can belong to none (the arm): dropped wholesale.
-        self._max_height = max((o.height for o in self.objects), default=0.0) + (
-            self.config.height_tolerance + self.config.headroom)
+        # Points above the two tallest objects stacked can belong to none (the arm): dropped
+        # wholesale.
+        tallest = sorted((o.height for o in self.objects), reverse=True)[:2]
+        self._max_height = sum(tallest) + (self.config.height_tolerance + self.config.headroom)
         self.reset()
 
     def reset(self, keep_positions: bool = False):
@@ -688,6 +701,7 @@ class ObjectTracker:
         clusters = [self._cluster(pts[order[bounds[k]:bounds[k + 1]]],
                                   sigma[order[bounds[k]:bounds[k + 1]]])
                     for k in np.flatnonzero(counts >= min_pts) if k > 0]
+        clusters = self._split_stacks(clusters, min_pts)
         timings['cluster'] = time.perf_counter() - t1
 
         t1 = time.perf_counter()
@@ -705,9 +719,86 @@ class ObjectTracker:
         angle, sides, centre = min_area_rectangle(xy)
         return _Cluster(pts, sigma, top, angle, sides, centre)
 
+    def _split_stacks(self, clusters, min_pts: int) -> list:
+        """An object resting on another (a box stacked on a box) joins it in one cluster,
+        taller than any object: split such a cluster at each box's top where the part below
+        fits that box and the part above fits another object standing on it (its
+        ``support``, m above the table)."""
+        out = []
+        for c in clusters:
+            if any(self._compatible(o, c) for o in self.objects):
+                out.append(c)
+                continue
+            out.extend(self._split(c, min_pts) or [c])
+        return out
+
+    def _split(self, c: _Cluster, min_pts: int):
+        """[lower, upper] of a stack ([upper] where the base is a cluster of its own), or
+        None. The pairs (base, object on it) whose heights add up to the cluster's top and
+        whose parts, cut at the base's top, fit their footprints are the candidates. The
+        history decides first: the base is the object last seen standing where the stack
+        stands (objects do not slide under others), or the pair read so last frame. Where
+        it does not (a first sight), the object's known shape is fitted to the part above
+        and the least RMS of an accepted fit wins: a footprint read off the top face alone
+        cannot tell an 8 x 6 from a 7 x 7 cm box (the far edge is lost)."""
+        cfg = self.config
+        cands = []
+        for o in self.objects:
+            for base in self.objects:
+                if base is o or base.shape != 'box' or abs(
+                        c.top - base.height - o.height) > cfg.height_tolerance:
+                    continue
+                parts = self._cut(c, base, o, min_pts)
+                if parts is not None:
+                    cands.append((self._stack_history(c, base, o), base, o, parts))
+        if not cands:
+            return None
+        first = min(k for k, *_ in cands)
+        cands = [x for x in cands if x[0] == first]
+        if len(cands) == 1:
+            return cands[0][3]
+        best, best_rms = cands[0][3], np.inf
+        for _, base, o, parts in cands:
+            upper = parts[-1]
+            with self._on_support(base.height):
+                fitted = self._fit(o, upper.pts - [0.0, 0.0, base.height], upper.sigma,
+                                   self._starts(o, upper, None), min_pts, self._frame.stride)
+            if not isinstance(fitted, str) and fitted[2] < best_rms:
+                best, best_rms = parts, fitted[2]
+        return best
+
+    def _stack_history(self, c: _Cluster, base, o) -> int:
+        """0 when the history says ``o`` stands on ``base`` here (last frame's reading, or
+        the base last seen on the table where the stack stands), 1 otherwise."""
+        top = self._priors.get(o.id)
+        if top is not None and top.strong and abs(top.support - base.height) < 1e-6 and \
+                np.linalg.norm(top.xy - c.centre) <= o.half_diagonal:
+            return 0
+        under = self._priors.get(base.id)
+        if under is not None and under.support == 0.0 and \
+                np.linalg.norm(under.xy - c.centre) <= base.half_diagonal:
+            return 0
+        return 1
+
+    def _cut(self, c: _Cluster, base, o, min_pts: int):
+        """``c`` cut at ``base``'s top: [lower, upper] (or [upper] where the base is a
+        cluster of its own, a depth jump between them), each compatible with its object;
+        None otherwise."""
+        up = c.pts[:, 2] > base.height + self.config.min_margin
+        if up.sum() < min_pts:
+            return None
+        upper = replace(self._cluster(c.pts[up], c.sigma[up]), support=base.height, only=o.id)
+        if not self._compatible(o, upper):
+            return None
+        if (~up).sum() < min_pts:
+            return [upper]
+        lower = replace(self._cluster(c.pts[~up], c.sigma[~up]), only=base.id)
+        return [lower, upper] if self._compatible(base, lower) else None
+
     def _compatible(self, obj: TrackedObjectModel, c: _Cluster) -> bool:
         cfg = self.config
-        if abs(c.top - obj.height) > cfg.height_tolerance:
+        if (c.only and c.only != obj.id) or abs(c.top - c.support - obj.height) > \
+                cfg.height_tolerance:
             return False
         longest, shortest = max(obj.extents[:2]), min(obj.extents[:2])
         return bool(max(c.sides) <= longest + 2 * cfg.size_tolerance
@@ -722,12 +813,16 @@ class ObjectTracker:
             for j, c in enumerate(clusters):
                 if not self._compatible(obj, c):
                     continue
+                height_error = abs(c.top - c.support - obj.height)
                 if prior is None:
-                    cost[i, j] = 1.0 + abs(c.top - obj.height)
+                    cost[i, j] = 1.0 + height_error
                 else:
                     dist = float(np.linalg.norm(c.centre - prior.xy))
                     gate = cfg.max_jump + obj.half_diagonal
-                    cost[i, j] = dist if (dist <= gate or not prior.strong) else 10.0 + dist
+                    # Two objects of near heights (4 and 5 cm) are both compatible with either
+                    # cluster: the height decides where the distances nearly tie.
+                    cost[i, j] = HEIGHT_COST * height_error + (
+                        dist if (dist <= gate or not prior.strong) else 10.0 + dist)
         assigned = {}
         if n_c:
             from scipy.optimize import linear_sum_assignment
@@ -736,22 +831,27 @@ class ObjectTracker:
                         if cost[r, c] < _INCOMPATIBLE}
         used = set(assigned.values())
         poses, missing = {}, {}
+        supports = {}
         for i, obj in enumerate(self.objects):
             prior = self._priors.get(obj.id)
             tracking = None
             if i in assigned:
-                c = self._with_fragments(obj, clusters, assigned[i], used)
-                pts, sig = c.pts, c.sigma
+                c = clusters[assigned[i]]
+                if c.support == 0.0:
+                    c = self._with_fragments(obj, clusters, assigned[i], used)
+                pts, sig, support = c.pts, c.sigma, c.support
                 starts = self._starts(obj, c, prior)
                 if prior is not None and prior.strong and np.linalg.norm(
                         prior.xy - c.centre) <= obj.half_diagonal:
                     tracking = prior
             elif prior is not None and prior.strong and len(all_pts):
                 # No cluster of its own (touching the arm or another object): the points near
-                # where it was, up to its top.
+                # where it was, between what it rested on and its top.
                 reach = obj.half_diagonal + 0.03
+                support = prior.support
                 near = (np.sum((all_pts[:, :2] - prior.xy) ** 2, axis=1) <= reach ** 2) & (
-                    all_pts[:, 2] <= obj.height + cfg.height_tolerance)
+                    all_pts[:, 2] <= support + obj.height + cfg.height_tolerance) & (
+                    all_pts[:, 2] > support + (cfg.min_margin if support else 0.0))
                 if near.sum() < min_pts:
                     missing[obj.id] = _NOT_FOUND
                     continue
@@ -760,21 +860,40 @@ class ObjectTracker:
             else:
                 missing[obj.id] = _NOT_FOUND
                 continue
-            fitted = self._fit(obj, pts, sig, starts, min_pts, stride, tracking)
+            with self._on_support(support):
+                fitted = self._fit(obj, pts - [0.0, 0.0, support], sig, starts, min_pts,
+                                   stride, tracking)
             if isinstance(fitted, str):
                 missing[obj.id] = fitted
                 continue
             params, num, rms = fitted
             ref = prior.yaw if prior is not None else (obj.yaw or 0.0)
             yaw = ref if obj.shape == 'cylinder' else wrap_to(params[2], ref, obj.yaw_period)
-            pos = np.array([params[0], params[1], self.table_height + obj.height / 2])
+            pos = np.array([params[0], params[1],
+                            self.table_height + support + obj.height / 2])
             poses[obj.id] = TrackedPose(obj.id, pos, yaw_quat(yaw), yaw, num, rms)
+            supports[obj.id] = support
         for oid, p in poses.items():
-            self._priors[oid] = _Prior(p.position[:2].copy(), p.yaw, True)
+            self._priors[oid] = _Prior(p.position[:2].copy(), p.yaw, True, supports[oid])
         for oid in missing:                      # keep the last pose, but as a weak prior
             if oid in self._priors:
                 self._priors[oid].strong = False
         return poses, missing
+
+    @contextlib.contextmanager
+    def _on_support(self, support: float):
+        """The frame seen from an object resting ``support`` m above the table: its points
+        (the caller's) and the camera shifted down by that much, so the fit and its checks
+        stand the object on z = 0 as ever."""
+        if support == 0.0:
+            yield
+            return
+        frame = self._frame
+        self._frame = replace(frame, origin=frame.origin - [0.0, 0.0, support])
+        try:
+            yield
+        finally:
+            self._frame = frame
 
     def _with_fragments(self, obj, clusters, j, used) -> _Cluster:
         """Cluster ``j`` joined by unassigned clusters within the object's reach: a thin

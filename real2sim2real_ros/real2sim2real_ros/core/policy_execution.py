@@ -513,16 +513,16 @@ class PolicyEpisode:
             raise ExecutionError(WORKSPACE_VIOLATION, f'{what}: the tool cannot get there: '
                                  f'{exc}') from None
 
-    def _approach(self, q_current, q_target, via=None) -> Motion:
+    def _approach(self, q_current, q_target, via=None, label: str = 'approach') -> Motion:
         try:
             traj = plan_approach(self.task.ik, q_current, q_target, self.gate.limits,
                                  self.settings, self.task.cfg.table_height,
                                  self.gate.velocity_scale, via)
         except IKError as exc:
-            raise ExecutionError(WORKSPACE_VIOLATION, f'approach: the tool cannot get there: '
+            raise ExecutionError(WORKSPACE_VIOLATION, f'{label}: the tool cannot get there: '
                                  f'{exc}') from None
-        m = Motion('approach', traj)
-        m.validated = self.gate.validate(traj, q_current, 'approach')
+        m = Motion(label, traj)
+        m.validated = self.gate.validate(traj, q_current, label)
         return m
 
     # The interface the executor drives.
@@ -769,6 +769,8 @@ class PickEpisode(_PolarGoal, PolicyEpisode):
     middle of the task's goal distance and heading ranges from the observed box (stack: the
     base's tracked centre, the checkpoint's ``base_id`` on the tracker's topic; none fresh
     is OBSERVATION_UNAVAILABLE before anything moves).
+    Then the arm goes back to where the episode started ('home': the same safe approach
+    path), out of the camera's view of the place and the next start.
     The outcome needs the jaw's position at the end: the executor sets ``jaw_position``
     from /joint_states. The tracker gives poses, not speeds: the outcome is observed after
     the settle time and the at-rest predicate is scored at speed 0."""
@@ -819,6 +821,10 @@ class PickEpisode(_PolarGoal, PolicyEpisode):
             m.validated = self.gate.validate(m.trajectory, q_from, label)
             motions.append(m)
             q_from = q[-1]
+        # Back where the episode started, the jaw open: an arm left above the place stands
+        # between the camera and the next episode's start (measured on gripper_stack.yaml:
+        # the box at its start "no cluster of its height and size" with the arm there).
+        motions.append(self._approach(q_from, np.asarray(q_current, float), label='home'))
         self.done_reason = 'one-shot'
         return motions
 

@@ -37,20 +37,23 @@ def _episode(robot, gate, goal, size=(0.08, 0.06, 0.05)):
                                            {}), gate, goal)
 
 
-def test_the_pick_plan_is_four_validated_motions_with_the_jaw_between(robot, gate):
+def test_the_pick_plan_is_validated_motions_with_the_jaw_between(robot, gate):
     ep = _episode(robot, gate, [0.55, 0.30])
     pose = pe.ObjectPose.from_xyz_quat([0.55, 0.12, 0.025], [np.cos(0.175), 0, 0,
                                                              np.sin(0.175)])
-    motions = ep.start(ep.task.ik.q_ready.copy(), pose)
-    assert [m.label for m in motions] == ['approach', 'descend', 'carry', 'retreat']
+    q0 = ep.task.ik.q_ready.copy()
+    motions = ep.start(q0, pose)
+    assert [m.label for m in motions] == ['approach', 'descend', 'carry', 'retreat', 'home']
     jaw = ep.task.jaw
     assert [m.grip for m in motions] == [None, (jaw.upper, 20.0), (jaw.lower, 20.0),
-                                         (jaw.upper, 20.0)]
+                                         (jaw.upper, 20.0), None]
     assert all(m.validated is not None for m in motions)
     # the approach ends where the descent starts: the wrist already turned
     np.testing.assert_allclose(motions[0].trajectory.positions[-1], ep.plan['q_above'],
                                atol=1e-6)
-    assert motions[-1].settle == pytest.approx(ep.task.cfg.settle_time)
+    assert motions[3].settle == pytest.approx(ep.task.cfg.settle_time)
+    # home: from the retreat's end back to where the episode started
+    np.testing.assert_allclose(motions[4].trajectory.positions[-1], q0, atol=1e-6)
 
 
 def test_refusals_name_the_goal(robot, gate):
