@@ -326,63 +326,66 @@ def test_models_and_reset_validation(default_world):
     assert time.perf_counter() - t0 < 5.0
 
 
+@pytest.fixture
+def stack_cell(robot_mask):
+    """config/cells/gripper_stack.yaml (box_0 8 x 6 x 5 cm, box_1 7 x 7 x 4 cm), a tracker of
+    its boxes and ``track(n)``: n frames from the cell's camera, the last result."""
+    world = EmulatedWorld(load_cell_spec(CELLS / 'gripper_stack.yaml'))
+    tracker = ot.ObjectTracker(_models(world.spec), world.spec.table.height)
+    K, T = _camera(world, 'camera')
+    mask = robot_mask.at(world.joint_positions())
+
+    def track(n=1):
+        for _ in range(n):
+            result = tracker.update(world.render('camera')[1], K, T, exclude=mask)
+        return result
+    try:
+        yield world, track
+    finally:
+        world.close()
+
+
+def _within_tolerance(world, result) -> bool:
+    return all(e_pos <= POS_TOL and e_yaw <= YAW_TOL
+               for e_pos, e_yaw in _errors(world, result).values())
+
+
 @pytest.mark.parametrize('offset,yaw', [((0.0, 0.0), 0.0), ((0.006, -0.005), 0.3),
                                         ((-0.008, 0.004), -0.5)])
-def test_a_box_stacked_on_another_is_tracked_on_it(robot_mask, offset, yaw):
-    """config/cells/gripper_stack.yaml: box_0 (8 x 6 x 5 cm) set on box_1 (7 x 7 x 4 cm).
-    Both join one cluster 9 cm tall (no object is); it is split at the base's top: the
-    base tracked on the table, the box on the base (z = the base's top + its half height),
-    each within the tracker's tolerances; back on the table, the box is tracked there."""
-    world = EmulatedWorld(load_cell_spec(CELLS / 'gripper_stack.yaml'))
-    try:
-        tracker = ot.ObjectTracker(_models(world.spec), world.spec.table.height)
-        K, T = _camera(world, 'camera')
-        mask = robot_mask.at(world.joint_positions())
-        base = np.array(world.object_poses()['box_1'][0])
-        _, depth = world.render('camera')
-        assert not tracker.update(depth, K, T, exclude=mask).missing
-        on_top = (base[0] + offset[0], base[1] + offset[1], 0.04 + 0.025)
-        world.reset_objects(['box_0'], [(on_top, yaw_quat(yaw))])
-        world.step_for(0.3)
-        for _ in range(3):      # first sight, then tracking
-            _, depth = world.render('camera')
-            result = tracker.update(depth, K, T, exclude=mask)
-            assert not result.missing, result.missing
-            errors = _errors(world, result)
-            assert all(e_pos <= POS_TOL and e_yaw <= YAW_TOL
-                       for e_pos, e_yaw in errors.values()), errors
-        assert result.poses['box_0'].position[2] == pytest.approx(0.065, abs=0.001)
-        assert result.poses['box_1'].position[2] == pytest.approx(0.02, abs=0.001)
-        _place_box(world, 0.50, 0.15, 0.2)          # off the base again
-        world.step_for(0.3)
-        _, depth = world.render('camera')
-        result = tracker.update(depth, K, T, exclude=mask)
-        assert not result.missing and result.poses['box_0'].position[2] == pytest.approx(
-            0.025, abs=0.001)
-        assert all(e <= POS_TOL for e, _ in _errors(world, result).values())
-    finally:
-        world.close()
-
-
-def test_the_top_face_decides_which_box_is_on_top(robot_mask):
-    """The other way round (box_1, 7 x 7 x 4 cm, on box_0, 8 x 6 x 5 cm): the same 9 cm
-    cluster by height, told apart by its top face's footprint."""
-    world = EmulatedWorld(load_cell_spec(CELLS / 'gripper_stack.yaml'))
-    try:
-        tracker = ot.ObjectTracker(_models(world.spec), world.spec.table.height)
-        K, T = _camera(world, 'camera')
-        mask = robot_mask.at(world.joint_positions())
-        box0 = np.array(world.object_poses()['box_0'][0])
-        world.reset_objects(['box_1'], [((box0[0], box0[1], 0.05 + 0.02), yaw_quat(0.1))])
-        world.step_for(0.3)
-        for _ in range(2):
-            _, depth = world.render('camera')
-            result = tracker.update(depth, K, T, exclude=mask)
+def test_a_box_stacked_on_another_is_tracked_on_it(stack_cell, offset, yaw):
+    """box_0 set on box_1: both join one cluster 9 cm tall (no object is); it is cut at the
+    base's top: the base tracked on the table, the box on the base (z = the base's top + its
+    half height), each within the tracker's tolerances, frame after frame; back on the
+    table, the box is tracked there."""
+    world, track = stack_cell
+    assert not track().missing
+    base = np.array(world.object_poses()['box_1'][0])
+    on_top = (base[0] + offset[0], base[1] + offset[1], 0.04 + 0.025)
+    world.reset_objects(['box_0'], [(on_top, yaw_quat(yaw))])
+    world.step_for(0.3)
+    for _ in range(3):      # first sight, then tracking
+        result = track()
         assert not result.missing, result.missing
-        assert result.poses['box_1'].position[2] == pytest.approx(0.07, abs=0.001)
-        assert result.poses['box_0'].position[2] == pytest.approx(0.025, abs=0.001)
-        errors = _errors(world, result)
-        assert all(e_pos <= POS_TOL and e_yaw <= YAW_TOL for e_pos, e_yaw in errors.values()), \
-            errors
-    finally:
-        world.close()
+        assert _within_tolerance(world, result), _errors(world, result)
+    assert result.poses['box_0'].position[2] == pytest.approx(0.065, abs=0.001)
+    assert result.poses['box_1'].position[2] == pytest.approx(0.02, abs=0.001)
+    _place_box(world, 0.50, 0.15, 0.2)          # off the base again
+    world.step_for(0.3)
+    result = track()
+    assert not result.missing and result.poses['box_0'].position[2] == pytest.approx(
+        0.025, abs=0.001)
+    assert _within_tolerance(world, result), _errors(world, result)
+
+
+def test_the_box_seen_standing_there_is_the_base(stack_cell):
+    """The other way round (box_1 on box_0, where box_0 stands): the same 9 cm cluster by
+    height; the base is the box last seen (here: given) standing where the stack stands."""
+    world, track = stack_cell
+    box0 = np.array(world.object_poses()['box_0'][0])
+    world.reset_objects(['box_1'], [((box0[0], box0[1], 0.05 + 0.02), yaw_quat(0.1))])
+    world.step_for(0.3)
+    result = track(2)
+    assert not result.missing, result.missing
+    assert result.poses['box_1'].position[2] == pytest.approx(0.07, abs=0.001)
+    assert result.poses['box_0'].position[2] == pytest.approx(0.025, abs=0.001)
+    assert _within_tolerance(world, result), _errors(world, result)
