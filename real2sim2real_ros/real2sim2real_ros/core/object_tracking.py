@@ -56,7 +56,6 @@ tracker node starts without its import cost.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -760,9 +759,8 @@ class ObjectTracker:
         best, best_rms = cands[0][3], np.inf
         for _, base, o, parts in cands:
             upper = parts[-1]
-            with self._on_support(base.height):
-                fitted = self._fit(o, upper.pts - [0.0, 0.0, base.height], upper.sigma,
-                                   self._starts(o, upper, None), min_pts, self._frame.stride)
+            fitted = self._fit_on(base.height, o, upper.pts, upper.sigma,
+                                  self._starts(o, upper, None), min_pts, self._frame.stride)
             if not isinstance(fitted, str) and fitted[2] < best_rms:
                 best, best_rms = parts, fitted[2]
         return best
@@ -860,9 +858,7 @@ class ObjectTracker:
             else:
                 missing[obj.id] = _NOT_FOUND
                 continue
-            with self._on_support(support):
-                fitted = self._fit(obj, pts - [0.0, 0.0, support], sig, starts, min_pts,
-                                   stride, tracking)
+            fitted = self._fit_on(support, obj, pts, sig, starts, min_pts, stride, tracking)
             if isinstance(fitted, str):
                 missing[obj.id] = fitted
                 continue
@@ -880,18 +876,17 @@ class ObjectTracker:
                 self._priors[oid].strong = False
         return poses, missing
 
-    @contextlib.contextmanager
-    def _on_support(self, support: float):
-        """The frame seen from an object resting ``support`` m above the table: its points
-        (the caller's) and the camera shifted down by that much, so the fit and its checks
-        stand the object on z = 0 as ever."""
+    def _fit_on(self, support: float, obj, pts, sig, starts, min_pts, stride, prior=None):
+        """:meth:`_fit` of an object resting ``support`` m above the table: its points and
+        the camera shifted down by that much, so the fit and its checks stand the object on
+        z = 0 as ever."""
         if support == 0.0:
-            yield
-            return
+            return self._fit(obj, pts, sig, starts, min_pts, stride, prior)
         frame = self._frame
         self._frame = replace(frame, origin=frame.origin - [0.0, 0.0, support])
         try:
-            yield
+            return self._fit(obj, pts - [0.0, 0.0, support], sig, starts, min_pts, stride,
+                             prior)
         finally:
             self._frame = frame
 

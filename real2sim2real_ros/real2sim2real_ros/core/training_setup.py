@@ -26,7 +26,7 @@ import mujoco
 
 from .parameters import ParameterError, ParameterSet
 from .tasks import TaskError, get_task, task_names
-from .tasks.spec import config_class, shipped_spec
+from .tasks.spec import has_base, shipped_spec
 from .tasks.worlds import (
     OBJECT_GEOM_PRIORITY,
     OBJECT_PREFIX,
@@ -151,7 +151,7 @@ def select_base(task_name: str, scene: SceneInfo, object_id: str) -> dict:
     it as a box other than the object, else the first other box. {} for a task without a
     base; SceneError when the scene has no other box."""
     spec = shipped_spec(task_name)
-    if 'base_id' not in config_class(spec.task).__dataclass_fields__:
+    if not has_base(spec.task):
         return {}
     others = [o for o in scene.objects if o.shape == 'box' and o.id != object_id]
     if not others:

@@ -174,11 +174,10 @@ def base_overrides(cfg: HarnessConfig, recon: dict, task_over: dict) -> dict:
     becomes the task's base (its id and reconstructed extents into ``task_over``); returns
     {twin id: cell id} for the cell backend ({} for a task without one). OBJECT_NOT_FOUND
     when the reconstruction did not find it, UNSUPPORTED_OBJECT when not as a box."""
-    from ..tasks.spec import config_class, load_task_spec, shipped_spec, shipped_task_names
+    from ..tasks import task_spec
+    from ..tasks.spec import has_base
     from .reasons import CellEnded
-    spec = (shipped_spec(cfg.task) if cfg.task in shipped_task_names()
-            else load_task_spec(cfg.task))
-    if 'base_id' not in config_class(spec.task).__dataclass_fields__:
+    if not has_base(task_spec(cfg.task).task):
         return {}
     if cfg.base_id not in recon['_by_truth']:
         raise CellEnded('OBJECT_NOT_FOUND', f'reconstruction did not find the base '

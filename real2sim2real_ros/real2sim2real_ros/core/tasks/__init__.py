@@ -16,7 +16,7 @@ from .base import EpisodeResult, ResetSample, Task, TaskError
 from .spec import KINDS, TaskSpec, load_task_spec, shipped_spec, shipped_task_names, task_class
 
 __all__ = ['EpisodeResult', 'KINDS', 'ResetSample', 'TASKS', 'Task', 'TaskError', 'TaskSpec',
-           'get_task', 'load_task_spec', 'task_names']
+           'get_task', 'load_task_spec', 'task_names', 'task_spec']
 
 # kind -> (module, class, config class); the kinds a task YAML's ``task`` may name.
 TASKS = KINDS
@@ -27,16 +27,21 @@ def task_names() -> list[str]:
     return shipped_task_names()
 
 
+def task_spec(name) -> TaskSpec:
+    """The TaskSpec of ``name``: a shipped task, the path of a task YAML, or a TaskSpec
+    (TaskError otherwise)."""
+    if isinstance(name, TaskSpec):
+        return name
+    if name in task_names():
+        return shipped_spec(name)
+    if str(name).endswith(('.yaml', '.yml')) or Path(str(name)).is_file():
+        return load_task_spec(name)
+    raise TaskError(f'unknown task {name!r}; known tasks: {task_names()} (or a task '
+                    f'YAML path)')
+
+
 def get_task(name: str, robot, config: dict | None = None) -> Task:
     """The task ``name`` (a shipped task, or the path of a task YAML) for ``robot`` (a
     RobotDescription), its spec's config under ``config`` (a dict of overrides)."""
-    if isinstance(name, TaskSpec):
-        spec = name
-    elif name in task_names():
-        spec = shipped_spec(name)
-    elif str(name).endswith(('.yaml', '.yml')) or Path(str(name)).is_file():
-        spec = load_task_spec(name)
-    else:
-        raise TaskError(f'unknown task {name!r}; known tasks: {task_names()} (or a task '
-                        f'YAML path)')
+    spec = task_spec(name)
     return task_class(spec.task)(robot, config, spec)

@@ -152,6 +152,12 @@ def config_class(kind: str):
     return getattr(importlib.import_module(module, __package__), cfg_name)
 
 
+def has_base(kind: str) -> bool:
+    """Whether the task kind sets its object on another object (its config has ``base_id``:
+    stack)."""
+    return 'base_id' in config_class(kind).__dataclass_fields__
+
+
 def task_class(kind: str):
     """The class that runs the task kind ``kind``."""
     module, cls, _ = KINDS[kind]

@@ -173,11 +173,7 @@ class TwinWorld:
     def __init__(self, twin: Twin, object_id: str):
         self.twin = twin
         self.object_id = object_id
-        j = mujoco.mj_name2id(twin.model, mujoco.mjtObj.mjOBJ_JOINT, OBJECT_PREFIX + object_id)
-        if j < 0:
-            raise ValueError(f'no free object {object_id!r} in the twin; have {twin.object_ids}')
-        self._qa = int(twin.model.jnt_qposadr[j])
-        self._da = int(twin.model.jnt_dofadr[j])
+        self._qa, self._da = self._free_joint(object_id)
         self.joint_names = list(twin.joint_names)
         self._follower = None
         self._jaw = None        # the gripper's jaw, once a grasping task prepares it
@@ -222,14 +218,19 @@ class TwinWorld:
         mujoco.mj_forward(tw.model, tw.data)
         self._follower = TrajectoryFollower(self.joint_names, np.asarray(q0, float))
 
-    def place_object(self, object_id: str, xyz, yaw: float) -> None:
-        """Put another object of the scene (a stack's base) at rest at ``xyz``, ``yaw``."""
-        m, d = self.twin.model, self.twin.data
+    def _free_joint(self, object_id: str) -> tuple[int, int]:
+        """(qpos, dof) addresses of a free object's joint in the twin (ValueError: none)."""
+        m = self.twin.model
         j = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, OBJECT_PREFIX + object_id)
         if j < 0:
             raise ValueError(f'no free object {object_id!r} in the twin; have '
                              f'{self.twin.object_ids}')
-        qa, da = int(m.jnt_qposadr[j]), int(m.jnt_dofadr[j])
+        return int(m.jnt_qposadr[j]), int(m.jnt_dofadr[j])
+
+    def place_object(self, object_id: str, xyz, yaw: float) -> None:
+        """Put another object of the scene (a stack's base) at rest at ``xyz``, ``yaw``."""
+        m, d = self.twin.model, self.twin.data
+        qa, da = self._free_joint(object_id)
         d.qpos[qa:qa + 3] = xyz
         d.qpos[qa + 3:qa + 7] = yaw_quat(yaw)
         d.qvel[da:da + 6] = 0.0
@@ -269,12 +270,7 @@ class TwinWorld:
 
     def scored_position(self, object_id: str) -> np.ndarray:
         """Position (m) of another free object of the scene (a stack's base)."""
-        m = self.twin.model
-        j = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, OBJECT_PREFIX + object_id)
-        if j < 0:
-            raise ValueError(f'no free object {object_id!r} in the twin; have '
-                             f'{self.twin.object_ids}')
-        qa = int(m.jnt_qposadr[j])
+        qa, _ = self._free_joint(object_id)
         return self.twin.data.qpos[qa:qa + 3].copy()
 
     def joint_positions(self) -> np.ndarray:
@@ -385,10 +381,14 @@ class CellWorld:
         else:
             self.observer.step(self.world, d, stream=self.stream)
 
+    def _cell_id(self, object_id: str) -> str:
+        """The cell's id of another object of the episode, given by the task's id."""
+        return self.others.get(object_id, object_id)
+
     def place_object(self, object_id: str, xyz, yaw: float) -> None:
         """The evaluator puts another object (a stack's base; the task's id) at ``xyz``,
         ``yaw``."""
-        self.world.reset_objects([self.others.get(object_id, object_id)],
+        self.world.reset_objects([self._cell_id(object_id)],
                                  [(np.asarray(xyz, float), yaw_quat(yaw))])
 
     def observed_position(self, object_id: str):
@@ -397,13 +397,12 @@ class CellWorld:
         without an observer the true one (a truth read)."""
         if self.observer is not None:
             return self.observer.position_of(object_id, self.world)
-        return np.asarray(self.world.object_poses()[self.others.get(object_id, object_id)][0])
+        return np.asarray(self.world.object_poses()[self._cell_id(object_id)][0])
 
     def scored_position(self, object_id: str) -> np.ndarray:
         """The TRUE position (m) of another object (the task's id), for the score only."""
         with self.world.truth.scoring():
-            return np.asarray(
-                self.world.object_poses()[self.others.get(object_id, object_id)][0], float)
+            return np.asarray(self.world.object_poses()[self._cell_id(object_id)][0], float)
 
     def command_gripper(self, position: float, max_effort: float | None = None) -> None:
         """The cell's jaw towards ``position`` (m) with at most ``max_effort`` (N)."""
