@@ -34,6 +34,7 @@ KINDS = ('body', 'geom', 'joint', 'actuator', 'global')
 
 _UNITS = {
     'mass': 'kg', 'com_offset_x': 'm', 'com_offset_y': 'm', 'com_offset_z': 'm',
+    'linear_damping': 'N s/m', 'angular_damping': 'N m s/rad',
     'friction': '1', 'torsional_friction': 'm', 'rolling_friction': 'm',
     'damping': 'N m s/rad', 'frictionloss': 'N m', 'armature': 'kg m^2',
     'kp': 'N m/rad', 'kv': 'N m s/rad', 'command_latency': 's',

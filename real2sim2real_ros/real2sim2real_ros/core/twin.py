@@ -12,6 +12,9 @@ without recompiling, so one compiled model serves every parameter sample:
 ========================  ==========================================
 body/<b>/mass             body_mass (inertia scaled with it)
 body/<b>/com_offset_x|y|z body_ipos - ipos at build (free bodies keep M's coupling entries)
+body/<b>/linear_damping   dof_damping of a free body's 3 translational dofs (N s/m): a loss
+                          that grows with the object's speed
+body/<b>/angular_damping  dof_damping of its 3 rotational dofs (N m s/rad)
 geom/<g>/friction         geom_friction[:, 0] (sliding)
 geom/<g>/torsional_friction, rolling_friction  geom_friction[:, 1|2]
 joint/<j>/damping         dof_damping
@@ -103,7 +106,8 @@ class _Field:
 
 
 _FIELDS = {
-    'body': ('mass', 'com_offset_x', 'com_offset_y', 'com_offset_z'),
+    'body': ('mass', 'com_offset_x', 'com_offset_y', 'com_offset_z', 'linear_damping',
+             'angular_damping'),
     'geom': ('friction', 'torsional_friction', 'rolling_friction'),
     'joint': ('damping', 'frictionloss', 'armature'),
     'actuator': ('kp', 'kv'),
@@ -113,6 +117,7 @@ _FIELDS = {
 # enough that a typo (friction 1e9) is refused instead of making the twin meaningless.
 PARAMETER_UPPER_BOUNDS = {
     'mass': 1e4, 'com_offset_x': 1.0, 'com_offset_y': 1.0, 'com_offset_z': 1.0,
+    'linear_damping': 1e3, 'angular_damping': 10.0,
     'friction': 10.0, 'torsional_friction': 1.0, 'rolling_friction': 1.0,
     'damping': 1e4, 'frictionloss': 1e4, 'armature': 100.0,
     'kp': 1e6, 'kv': 1e5,
@@ -206,7 +211,8 @@ class Twin:
         names = [f'global/{f}' for f in _FIELDS['global']
                  if f != 'finger_friction' or self._fingers]
         for i in range(1, m.nbody):
-            names += [f'body/{m.body(i).name}/{f}' for f in _FIELDS['body']]
+            names += [f'body/{m.body(i).name}/{f}' for f in _FIELDS['body']
+                      if f not in _DAMPING_DOFS or _free_dof(m, i) is not None]
         for i in range(m.ngeom):
             if m.geom(i).name:
                 names += [f'geom/{m.geom(i).name}/{f}' for f in _FIELDS['geom']]
@@ -241,7 +247,11 @@ class Twin:
                                             f'{self.robot.name!r} has no gripper fingers')
             return _Field(kind, fld, -1)
         if kind == 'body':
-            return _Field(kind, fld, self._find(mujoco.mjtObj.mjOBJ_BODY, element, name))
+            body = self._find(mujoco.mjtObj.mjOBJ_BODY, element, name)
+            if fld in _DAMPING_DOFS and _free_dof(self.model, body) is None:
+                raise UnknownParameterError(f'parameter {name!r}: {fld} is a free body\'s '
+                                            f'(an object\'s); {element!r} has no free joint')
+            return _Field(kind, fld, body)
         if kind == 'geom':
             return _Field(kind, fld, self._find(mujoco.mjtObj.mjOBJ_GEOM, element, name))
         if kind == 'joint':
@@ -263,6 +273,8 @@ class Twin:
         if f.kind == 'body':
             if f.field == 'mass':
                 return float(model.body_mass[i])
+            if f.field in _DAMPING_DOFS:
+                return float(model.dof_damping[_free_dof(model, i) + _DAMPING_DOFS[f.field]])
             axis = 'xyz'.index(f.field[-1])
             return float(model.body_ipos[i, axis] - self._ipos0[i, axis])
         if f.kind == 'geom':
@@ -301,6 +313,11 @@ class Twin:
                     model.body_inertia[i] *= value / old
                     _rescale_free_body_constants(model, i, old / value)
                 model.body_mass[i] = value
+            elif f.field in _DAMPING_DOFS:
+                if value < 0:
+                    raise ValueError(f'body/{f.field} must be >= 0, got {value}')
+                a = _free_dof(model, i) + _DAMPING_DOFS[f.field]
+                model.dof_damping[a:a + 3] = value
             else:
                 axis = 'xyz'.index(f.field[-1])
                 ipos = model.body_ipos[i].copy()
@@ -714,6 +731,17 @@ def _make_body_general(model: mujoco.MjModel, body: int) -> None:
     adr, num = model.body_dofadr[body], model.body_dofnum[body]
     if num > 0:
         model.dof_simplenum[adr:adr + num] = 0
+
+
+_DAMPING_DOFS = {'linear_damping': 0, 'angular_damping': 3}   # first dof of the 3 in a free joint
+
+
+def _free_dof(model: mujoco.MjModel, body: int) -> int | None:
+    """The first dof of ``body``'s free joint (None: it has none)."""
+    for j in range(model.njnt):
+        if model.jnt_bodyid[j] == body and model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+            return int(model.jnt_dofadr[j])
+    return None
 
 
 def _rescale_free_body_constants(model: mujoco.MjModel, body: int, factor: float) -> None:

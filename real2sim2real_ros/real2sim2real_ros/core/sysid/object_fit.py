@@ -23,7 +23,12 @@ samples), until the object has stopped. Per object (``geom/<id>/friction``,
   the prior. So does an offset no strike pushed across (:func:`observed_offsets`: a push
   along an offset's axis does not bend the path, so strikes along one axis of a box show
   the other offset only);
-* friction again, given the mass and the offsets.
+* where the config declares them (``body/<id>/linear_damping``, ``angular_damping``: not in
+  the shipped config; issue 15's experiment, results/model_gap/identification_damping.yaml),
+  the object's linear then angular damping from its path, given the friction: a loss that
+  grows with speed, which a Drake cell's compliant contact has and one MuJoCo friction
+  lacks. Kept at the prior unless identified or the residuals reject it;
+* friction again, given the mass, the offsets and the damping.
 
 Search: each parameter on its own (the others fixed) by batched grids (log-spaced over the
 bounds, linear for an offset; then finer around the best; then the vertex of a least-squares
@@ -700,16 +705,34 @@ def _rejects(res: _Residual, value: float, prior: float, r: np.ndarray, chi2: fl
     return bool(float(r0 @ r0) - float(r @ r) > CHI2_95_1DOF * max(1.0, chi2))
 
 
+def _fit_damping(twin, segs, spec: ParameterSpec, fixed: dict, sigma_track, options,
+                 nthread) -> tuple[float, float, bool, int]:
+    """An object's linear or angular damping from its path, the other values fixed: the
+    1-D search, a 95% half width from the residuals' curvature (Student-t when their
+    scatter exceeds the budget), and whether they reject the prior. Returns (value, half
+    width, rejects the prior, rollouts)."""
+    res = _Residual(twin, segs, spec.name, fixed, 'object', sigma_track, options, nthread)
+    value = _fit_1d(res, spec, None, options.grid)
+    r, j = res.jacobian(value, spec.lower, spec.upper)
+    n = r.size
+    chi2 = float(r @ r) / max(1, n - 1) if n > 1 else 1.0
+    var = max(1.0, chi2) / max(float(j @ j), 1e-300)
+    hw = float(_z(n - 1, n > 1 and chi2 > 1.0) * np.sqrt(var))
+    return value, hw, _rejects(res, value, spec.prior, r, chi2), res.n_rollouts
+
+
 def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nthread,
                 unobserved: dict | None = None):
     """Friction from the object's path, mass from the joints given the friction, the lateral
     centre of mass offsets from the path's sideways bend (those not in ``unobserved``, {name:
-    why the strikes cannot show it}, which keep the prior), friction again given both.
+    why the strikes cannot show it}, which keep the prior), declared damping from the path,
+    friction again given them all.
     Returns ({name: (value, half width, identified, prior rejected)}, rollouts, info)."""
     unobserved = unobserved or {}
     f_spec = next((s for s in specs if s.name.endswith('/friction')), None)
     m_spec = next((s for s in specs if s.name.endswith('/mass')), None)
     c_specs = [s for s in specs if '/com_offset_' in s.name]
+    d_specs = [s for s in specs if s.name.endswith(('/linear_damping', '/angular_damping'))]
     out, rollouts, info = {}, 0, {}
     values = {s.name: s.prior for s in specs}
 
@@ -767,6 +790,15 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
             com_moved = True
         out[c_spec.name] = (values[c_spec.name], float(hw), ok, rejects)
         info[f'{c_spec.name.rsplit("/", 1)[1]}_chi2'] = chi2
+    for d_spec in d_specs:      # a speed-dependent loss, given the friction (then it again)
+        value, hw, rejects, n = _fit_damping(twin, segs, d_spec, others(d_spec.name),
+                                             sigma_track, options, nthread)
+        rollouts += n
+        ok = ident(d_spec, value, hw)
+        if ok or rejects:
+            values[d_spec.name] = value
+            com_moved = True
+        out[d_spec.name] = (values[d_spec.name], hw, ok, rejects)
     if f_spec:
         res_mu = _Residual(twin, segs, f_spec.name, others(f_spec.name), 'object', sigma_track,
                            options, nthread)
@@ -1011,9 +1043,11 @@ def _by_object(twin: Twin, specs: list[ParameterSpec]) -> dict[str, list[Paramet
         kind, rest = s.name.split('/', 1)
         oid, fld = rest.rsplit('/', 1)
         if (kind, fld) not in (('geom', 'friction'), ('body', 'mass'),
-                               ('body', 'com_offset_x'), ('body', 'com_offset_y')):
+                               ('body', 'com_offset_x'), ('body', 'com_offset_y'),
+                               ('body', 'linear_damping'), ('body', 'angular_damping')):
             raise ValueError(f'{s.name}: object identification fits geom/<id>/friction, '
-                             f'body/<id>/mass and body/<id>/com_offset_x|y only')
+                             f'body/<id>/mass, body/<id>/com_offset_x|y and '
+                             f'body/<id>/linear_damping|angular_damping only')
         if fld.startswith('com_offset') and not s.lower < s.prior < s.upper:
             raise ValueError(f'{s.name}: the bounds of a centre of mass offset must hold its '
                              f'prior strictly inside ({s.lower}, {s.prior}, {s.upper})')
