@@ -262,15 +262,9 @@ def band_line(band: dict) -> str:
 def plot(results: list[dict], path: Path) -> None:
     """Slide against strike speed per cell: Drake, MuJoCo with the true values, MuJoCo at
     each friction of the grid (a tipped box: a cross)."""
-    import matplotlib
-    matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    cols = min(len(results), 5)
-    rows = -(-len(results) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.8 * rows), squeeze=False)
-    for ax in axes.ravel()[len(results):]:
-        ax.set_visible(False)
-    for ax, r in zip(axes.ravel(), results):
+    fig, axes = panels(len(results), 6.5, 4.8)
+    for ax, r in zip(axes, results):
         grid = sorted((k for k in r['curves'] if k.startswith('mujoco_f')),
                       key=lambda k: float(k[len('mujoco_f'):]))
         cmap = plt.get_cmap('viridis')
@@ -288,13 +282,36 @@ def plot(results: list[dict], path: Path) -> None:
         ratio = r['drake'].get('static_friction_ratio', 1)
         ax.set_title(f'{r["cell"]}: box {r["box"]["mass"] * 1e3:.0f} g, friction '
                      f'{r["box"]["friction"][0]:g} (static x{ratio:g})')
-        ax.set_xlabel('strike speed (m/s)')
-        ax.set_ylabel('slide along the strike (mm); x: the box tipped')
-        ax.set_ylim(0, 600)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, loc='upper left')
+        label_axes(ax, 'slide along the strike (mm); x: the box tipped', 600)
+    save(fig, path, 110)
+
+
+def panels(n: int, width: float, height: float):
+    """A figure of ``n`` panels, up to 5 a row (Agg backend): (figure, the n axes)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    cols = min(n, 5)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.ravel()[:n])
+
+
+def label_axes(ax, ylabel: str, ymax: float) -> None:
+    """Strike speed against ``ylabel`` up to ``ymax``, a light grid, the legend."""
+    ax.set_xlabel('strike speed (m/s)')
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, ymax)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc='upper left')
+
+
+def save(fig, path: Path, dpi: int) -> None:
+    import matplotlib.pyplot as plt
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
 
 

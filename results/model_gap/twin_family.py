@@ -224,15 +224,9 @@ def summarize(results: list[dict]) -> dict:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    cols = min(len(results), 5)
-    rows = -(-len(results) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
-    for ax in axes.ravel()[len(results):]:
-        ax.set_visible(False)
-    for ax, r in zip(axes.ravel(), results):
+    from slide_curves import _curve, label_axes, panels, save
+    fig, axes = panels(len(results), 5.5, 4.2)
+    for ax, r in zip(axes, results):
         ax.axhspan(1e3 * BAND[0], 1e3 * BAND[1], color='0.92')
         lines = [('drake', r['drake'], 'black', 'Drake cell')]
         if r['best_friction_only']:
@@ -247,21 +241,10 @@ def plot(results: list[dict], path: Path) -> None:
         t = r['reference']['mujoco_true']
         lines.append(('t', t['curve'], 'tab:red', 'true values'))
         for _, curve, color, label in lines:
-            v = [p['speed'] for p in curve]
-            d = [1e3 * p['slide_m'] for p in curve]
-            ax.plot(v, d, color=color, lw=2.5 if color == 'black' else 1.5, label=label)
-            tipped = [(a, b) for a, b, p in zip(v, d, curve) if not p['upright']]
-            if tipped:
-                ax.scatter(*zip(*tipped), marker='x', color=color, s=30)
+            _curve(ax, curve, color=color, lw=2.5 if color == 'black' else 1.5, label=label)
         ax.set_title(r['cell'].replace('.yaml', ''))
-        ax.set_xlabel('strike speed (m/s)')
-        ax.set_ylabel('slide (mm); x: tipped; grey: task band')
-        ax.set_ylim(0, 400)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, loc='upper left')
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        label_axes(ax, 'slide (mm); x: tipped; grey: task band', 400)
+    save(fig, path, 100)
 
 
 def extend_file(out: Path, fine_path: Path, cells, jobs: int) -> None:
