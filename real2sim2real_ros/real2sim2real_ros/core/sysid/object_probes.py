@@ -69,6 +69,11 @@ class StrikeConfig:
     speed_min: float = 0.3
     speed_max: float = 1.2
     target_slide: float = 0.12       # slide wanted at the current friction estimate
+    # Per strike probe (round r takes target_slides[r % len]; empty: target_slide for all):
+    # slides wanted at spread speeds, so that a fit can tell a loss that grows with speed
+    # (body/<id>/linear_damping) from friction, which one speed cannot (issue 15, docs/
+    # model_gap.md stop 49). Off by default.
+    target_slides: tuple = ()
     min_slide: float = 0.04          # a heading with less room at the estimate is not taken
     table_margin: float = 0.04       # object footprint to the table's edge
     clearance: float = 0.03          # between objects, paths and the wrist
@@ -130,6 +135,12 @@ class StrikeConfig:
     # friction_bound: friction and mass then traded off on a 1.3 kg cylinder).
     plan_friction_upper: float = 0.0
 
+    def for_round(self, r: int) -> StrikeConfig:
+        """The config of strike probe ``r``: its target slide from ``target_slides``."""
+        if not self.target_slides:
+            return self
+        return replace(self, target_slide=self.target_slides[r % len(self.target_slides)])
+
     @classmethod
     def from_dict(cls, d: dict | None) -> StrikeConfig:
         """StrikeConfig from a dict (None: defaults; tilt_deg in degrees); ValueError on an unknown
@@ -142,11 +153,16 @@ class StrikeConfig:
         if extra:
             raise ValueError(f'strike config: unknown field(s) {extra}; known {sorted(known)}')
         kinds = {'directions': int, 'gentle_strikes': bool,
-                 'leans_deg': lambda v: tuple(float(x) for x in v)}
+                 'leans_deg': lambda v: tuple(float(x) for x in v),
+                 'target_slides': lambda v: tuple(float(x) for x in v)}
         cfg = cls(**{k: kinds.get(k, float)(v) for k, v in d.items()})
         if cfg.plan_friction_upper < 0:
             raise ValueError('strike config: plan_friction_upper must be >= 0 (0: the fit\'s '
                              'friction bound)')
+        if any(not cfg.min_slide <= x < 1 for x in cfg.target_slides):
+            raise ValueError(f'strike config: every target_slides entry must be in '
+                             f'[min_slide, 1) m = [{cfg.min_slide:g}, 1) (a shorter slide is '
+                             f'never planned)')
         if not cfg.leans_deg or any(abs(x) > 90 for x in cfg.leans_deg):
             raise ValueError('strike config: leans_deg needs at least one lean, each within '
                              '+-90 deg (the upper tool never over the object)')

@@ -475,7 +475,7 @@ class _StrikeRounds:
             try:
                 plan = plan_strike_probe(self.robot, objs, self.table,
                                          self.cell.current_positions(), self.friction,
-                                         self.scfg, previous=self.previous,
+                                         self.scfg.for_round(r), previous=self.previous,
                                          name=f'strike_{r}', obstacles=others)
             except ProbeError as exc:
                 if r == 0:
@@ -485,7 +485,8 @@ class _StrikeRounds:
         for oid, why in plan.skipped.items():
             self.log(f'strike probe {r}: {oid} not struck: {why}')
         info = {'strikes': [s.to_dict() for s in plan.strikes], 'scene': self.scene,
-                'skipped': plan.skipped, 'round': r, 'strike_config': vars(self.scfg)}
+                'skipped': plan.skipped, 'round': r,
+                'strike_config': vars(self.scfg.for_round(r))}
         with self.timer('strike_probes'):
             self.recs.append(self.cell.strike(plan, r, info))
         for s in plan.strikes:
