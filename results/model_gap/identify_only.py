@@ -9,7 +9,8 @@ true friction and mass (read for the report only, after the stage), and the held
         --strike '{"tilt_deg": 0, "accel": 15, "decel": 25, "lift": 0}'   # about 2.5 min
     scripts/env.sh python results/model_gap/identify_only.py \
         results/model_gap/drake_cells/wide_8_drake.yaml \
-        --config results/model_gap/identification_damping.yaml --task-curve
+        --config results/model_gap/identification_damping.yaml --task-curve \
+        --strike '{"target_slides": [0.05, 0.2, 0.12]}'    # spread the strikes' speeds
 
 ``--config``: another identification config (default: the shipped one), e.g.
 ``identification_damping.yaml``, which also fits the object's linear and angular damping.
