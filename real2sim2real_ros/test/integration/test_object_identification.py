@@ -57,6 +57,16 @@ from real2sim2real_ros.core.twin import Twin
 OFFSET_TOLERANCE = 0.005
 
 
+def default_box_setup(robot):
+    """The default cell's box as the strike planner sees it at its spec pose: (its
+    StrikeObject list, the table region, the arm's initial joint positions)."""
+    spec = default_spec()
+    twin = Twin(robot, scene_xml(spec))
+    poses = {o.id: ((*o.xyz[:2], o.half_height), o.yaw) for o in spec.objects}
+    objs = [o for o in strike_objects(twin, poses) if o.id == 'box_0']
+    return objs, table_region(twin), np.asarray(spec.robot.initial_positions)
+
+
 def default_spec():
     return load_cell_spec(default_cell_spec_path())
 
@@ -180,12 +190,7 @@ def test_target_slides_spread_the_strike_speeds_over_the_rounds(robot):
     assert StrikeConfig().for_round(2).target_slide == 0.12
     with pytest.raises(ValueError, match='target_slides'):
         StrikeConfig.from_dict({'target_slides': [0.03]})
-    spec = default_spec()
-    twin = Twin(robot, scene_xml(spec))
-    table = table_region(twin)
-    poses = {o.id: ((*o.xyz[:2], o.half_height), o.yaw) for o in spec.objects}
-    objs = [o for o in strike_objects(twin, poses) if o.id == 'box_0']
-    q0 = np.asarray(spec.robot.initial_positions)
+    objs, table, q0 = default_box_setup(robot)
     speeds = [plan_strike_probe(robot, objs, table, q0, {'box_0': (0.2, 0.5, 1.0)},
                                 cfg.for_round(r)).strikes[0].speed for r in range(2)]
     assert speeds[1] / speeds[0] == pytest.approx(2 ** 0.5, rel=0.05), speeds
@@ -615,12 +620,7 @@ def test_a_replay_cut_at_the_observed_stop_rests_where_the_full_replay_rests(cas
 def test_strike_plan_keeps_clear_of_an_obstacle_on_the_free_heading(robot):
     """An object that is not struck (clutter) on the heading the planner would take: the
     strike goes another way, and its path stays clear of the obstacle's footprint."""
-    spec = default_spec()
-    twin = Twin(robot, scene_xml(spec))
-    table = table_region(twin)
-    poses = {o.id: ((*o.xyz[:2], o.half_height), o.yaw) for o in spec.objects}
-    objs = [o for o in strike_objects(twin, poses) if o.id == 'box_0']
-    q0 = np.asarray(spec.robot.initial_positions)
+    objs, table, q0 = default_box_setup(robot)
     fr = {'box_0': (0.2, 0.5, 1.0)}
     (free,) = plan_strike_probe(robot, objs, table, q0, fr, StrikeConfig()).strikes
     u = np.array([np.cos(free.heading), np.sin(free.heading)])
