@@ -755,8 +755,7 @@ def _rescale_free_body_constants(model: mujoco.MjModel, body: int, factor: float
     """
     model.body_invweight0[body] *= factor
     model.body_subtreemass[body] /= factor
-    for j in range(model.njnt):
-        if model.jnt_bodyid[j] == body and model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
-            adr = model.jnt_dofadr[j]
-            model.dof_invweight0[adr:adr + 6] *= factor
-            model.dof_M0[adr:adr + 6] /= factor
+    adr = _free_dof(model, body)
+    if adr is not None:
+        model.dof_invweight0[adr:adr + 6] *= factor
+        model.dof_M0[adr:adr + 6] /= factor

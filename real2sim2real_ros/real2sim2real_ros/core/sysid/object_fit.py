@@ -714,11 +714,19 @@ def _fit_damping(twin, segs, spec: ParameterSpec, fixed: dict, sigma_track, opti
     res = _Residual(twin, segs, spec.name, fixed, 'object', sigma_track, options, nthread)
     value = _fit_1d(res, spec, None, options.grid)
     r, j = res.jacobian(value, spec.lower, spec.upper)
+    chi2, var, z = _curvature(r, j)
+    return value, float(z * np.sqrt(var)), _rejects(res, value, spec.prior, r, chi2), \
+        res.n_rollouts
+
+
+def _curvature(r: np.ndarray, j: np.ndarray) -> tuple[float, float, float]:
+    """From one parameter's residuals ``r`` and their slope ``j``: (chi^2 per degree of
+    freedom, the Gauss-Newton variance inflated by chi^2 when above 1, the 95% quantile:
+    Student-t when the scatter was estimated from the residuals, else normal)."""
     n = r.size
     chi2 = float(r @ r) / max(1, n - 1) if n > 1 else 1.0
     var = max(1.0, chi2) / max(float(j @ j), 1e-300)
-    hw = float(_z(n - 1, n > 1 and chi2 > 1.0) * np.sqrt(var))
-    return value, hw, _rejects(res, value, spec.prior, r, chi2), res.n_rollouts
+    return chi2, var, _z(n - 1, n > 1 and chi2 > 1.0)
 
 
 def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nthread,
@@ -742,7 +750,7 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
     def ident(spec, v, hw):
         return bool(np.isfinite(hw) and hw <= options.identified_fraction * abs(v)
                     and hw < 0.5 * (spec.upper - spec.lower) and not at_bound(spec, v))
-    var_mu, m_ok, com_moved = 0.0, False, False
+    var_mu, m_ok, left_prior = 0.0, False, False   # an offset or a damping left its prior
     if f_spec:
         res_mu = _Residual(twin, segs, f_spec.name, others(f_spec.name), 'object', sigma_track,
                            options, nthread)
@@ -787,7 +795,7 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
         ok = offset_identified(c_spec, v, hw)
         if ok or rejects:
             values[c_spec.name] = v
-            com_moved = True
+            left_prior = True
         out[c_spec.name] = (values[c_spec.name], float(hw), ok, rejects)
         info[f'{c_spec.name.rsplit("/", 1)[1]}_chi2'] = chi2
     for d_spec in d_specs:      # a speed-dependent loss, given the friction (then it again)
@@ -797,21 +805,19 @@ def _fit_object(twin, specs: list[ParameterSpec], segs, sigma_track, options, nt
         ok = ident(d_spec, value, hw)
         if ok or rejects:
             values[d_spec.name] = value
-            com_moved = True
+            left_prior = True
         out[d_spec.name] = (values[d_spec.name], hw, ok, rejects)
     if f_spec:
         res_mu = _Residual(twin, segs, f_spec.name, others(f_spec.name), 'object', sigma_track,
                            options, nthread)
         mu = values[f_spec.name]
-        if m_ok or com_moved:
+        if m_ok or left_prior:
             mu = _fit_1d(res_mu, f_spec, mu, options.grid)
         r, jf = res_mu.jacobian(mu, f_spec.lower, f_spec.upper)
         n = r.size
-        chi2 = float(r @ r) / max(1, n - 1) if n > 1 else 1.0
-        estimated = n > 1 and chi2 > 1.0
-        var_stat = max(1.0, chi2) / max(float(jf @ jf), 1e-300)
+        chi2, var_stat, z = _curvature(r, jf)
         var_mu = var_stat + (options.systematic_error * mu) ** 2
-        hw = float(np.hypot(_z(n - 1, estimated) * np.sqrt(var_stat),
+        hw = float(np.hypot(z * np.sqrt(var_stat),
                             1.959963984540054 * options.systematic_error * mu))
         rejects = _rejects(res_mu, mu, f_spec.prior, r, chi2)
         rollouts += res_mu.n_rollouts

@@ -471,11 +471,12 @@ class _StrikeRounds:
         if self.before_strike is not None:
             self.before_strike(r)
         objs, others = self._objects(r)
+        scfg = self.scfg.for_round(r)
         with self.timer('strike_planning'):
             try:
                 plan = plan_strike_probe(self.robot, objs, self.table,
                                          self.cell.current_positions(), self.friction,
-                                         self.scfg.for_round(r), previous=self.previous,
+                                         scfg, previous=self.previous,
                                          name=f'strike_{r}', obstacles=others)
             except ProbeError as exc:
                 if r == 0:
@@ -485,8 +486,7 @@ class _StrikeRounds:
         for oid, why in plan.skipped.items():
             self.log(f'strike probe {r}: {oid} not struck: {why}')
         info = {'strikes': [s.to_dict() for s in plan.strikes], 'scene': self.scene,
-                'skipped': plan.skipped, 'round': r,
-                'strike_config': vars(self.scfg.for_round(r))}
+                'skipped': plan.skipped, 'round': r, 'strike_config': vars(scfg)}
         with self.timer('strike_probes'):
             self.recs.append(self.cell.strike(plan, r, info))
         for s in plan.strikes:
