@@ -269,16 +269,16 @@ def plot(results: list[dict], path: Path) -> None:
                       key=lambda k: float(k[len('mujoco_f'):]))
         cmap = plt.get_cmap('viridis')
         for i, k in enumerate(grid):
-            _curve(ax, r['curves'][k], color=cmap(i / max(len(grid) - 1, 1)), lw=1,
+            plot_curve(ax, r['curves'][k], color=cmap(i / max(len(grid) - 1, 1)), lw=1,
                    label=f'MuJoCo, friction {k[len("mujoco_f"):]}')
-        _curve(ax, r['curves']['mujoco_true'], color='tab:red', lw=2, ls='--',
+        plot_curve(ax, r['curves']['mujoco_true'], color='tab:red', lw=2, ls='--',
                label=f'MuJoCo, true values (friction {r["box"]["friction"][0]:g})')
         if 'mujoco_identified_box' in r['curves']:
             ib = r['identified_box']
-            _curve(ax, r['curves']['mujoco_identified_box'], color='tab:orange', lw=2, ls=':',
+            plot_curve(ax, r['curves']['mujoco_identified_box'], color='tab:orange', lw=2, ls=':',
                    label=f'MuJoCo, identified box (friction {ib["friction"]:.2f}, '
                    f'{ib["mass"] * 1e3:.0f} g)')
-        _curve(ax, r['curves']['drake'], color='black', lw=2.5, label='Drake cell')
+        plot_curve(ax, r['curves']['drake'], color='black', lw=2.5, label='Drake cell')
         ratio = r['drake'].get('static_friction_ratio', 1)
         ax.set_title(f'{r["cell"]}: box {r["box"]["mass"] * 1e3:.0f} g, friction '
                      f'{r["box"]["friction"][0]:g} (static x{ratio:g})')
@@ -315,7 +315,8 @@ def save(fig, path: Path, dpi: int) -> None:
     plt.close(fig)
 
 
-def _curve(ax, points, **kw):
+def plot_curve(ax, points, **kw):
+    """Slide (mm) against strike speed; a cross where the object tipped."""
     v = [p['speed'] for p in points]
     d = [1e3 * p['slide_m'] for p in points]
     ax.plot(v, d, **kw)

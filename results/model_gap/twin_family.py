@@ -34,6 +34,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import yaml
+from slide_curves import label_axes, panels, plot_curve, save, task_for  # the same strike
 
 from real2sim2real_ros.core.cell_spec import load_cell_spec
 from real2sim2real_ros.core.emulated_world import OBJECT_PREFIX
@@ -45,11 +46,6 @@ from real2sim2real_ros.core.world import make_world
 HERE = Path(__file__).resolve().parent
 OBJECT_ID = 'box_0'
 BAND = (0.07, 0.21)
-
-
-def task_for(robot, data: dict, obj: dict):
-    from slide_curves import task_for as tf  # the same task as slide_curves.py
-    return tf(robot, data, obj)
 
 
 def family_curves(path: Path, speeds, frictions, linear, angular,
@@ -129,9 +125,8 @@ def run_cell(path: Path, reference: dict, frictions, linear, angular) -> dict:
     return {'cell': path.name, 'speeds': speeds, 'drake': drake,
             'band_speeds': [p['speed'] for p in drake
                             if p['upright'] and BAND[0] <= p['slide_m'] <= BAND[1]],
-            'reference': {k: {'band_rms_m': band_fit(c, drake)[0],
-                              'band_tipped': band_fit(c, drake)[1], 'curve': c}
-                          for k, c in named.items()},
+            'reference': {k: dict(zip(('band_rms_m', 'band_tipped'), band_fit(c, drake)),
+                                  curve=c) for k, c in named.items()},
             'identified_box': ref.get('identified_box'),
             'best_friction_only': friction_only, 'best_family': family,
             'grid': grid, 'seconds': time.perf_counter() - t0}
@@ -224,7 +219,6 @@ def summarize(results: list[dict]) -> dict:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    from slide_curves import _curve, label_axes, panels, save
     fig, axes = panels(len(results), 5.5, 4.2)
     for ax, r in zip(axes, results):
         ax.axhspan(1e3 * BAND[0], 1e3 * BAND[1], color='0.92')
@@ -241,7 +235,7 @@ def plot(results: list[dict], path: Path) -> None:
         t = r['reference']['mujoco_true']
         lines.append(('t', t['curve'], 'tab:red', 'true values'))
         for _, curve, color, label in lines:
-            _curve(ax, curve, color=color, lw=2.5 if color == 'black' else 1.5, label=label)
+            plot_curve(ax, curve, color=color, lw=2.5 if color == 'black' else 1.5, label=label)
         ax.set_title(r['cell'].replace('.yaml', ''))
         label_axes(ax, 'slide (mm); x: tipped; grey: task band', 400)
     save(fig, path, 100)
