@@ -63,7 +63,10 @@ def test_live_slip_probe_identifies_the_finger_friction_and_the_held_mass(grippe
     print(f'live slip probe {live_s:.0f} s: finger friction {f.value:.3f} [{f.lower_95:.3f}, '
           f'{f.upper_95:.3f}] (box {mu}); held mass {m.value:.3f} [{m.lower_95:.3f}, '
           f'{m.upper_95:.3f}] (truth {mass}); slipped at step {record["cell"]["slipped_at"]}, '
-          f'steps {[round(d, 2) for d in record["step_dwells_s"]]} s')
+          f'steps {[round(d, 2) for d in record["step_dwells_s"]]} s, held at '
+          f'{record["cell"]["held_width"]:.4f} m, widths '
+          f'{[round(w, 4) for w in record["cell"]["widths"]]} m, every probe out at step '
+          f'{record["cell"]["repeat_steps"]}')
     assert set(est) == {'global/finger_friction', 'body/box_0/mass'}
     # Held mass: -9 .. +7% over 30 in-process cases, +6.6% in-process at this box's pose (dry
     # joint friction keeps part of the load change: its sign and size follow the pose and the

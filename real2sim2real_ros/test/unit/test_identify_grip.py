@@ -1,5 +1,5 @@
 """nodes/system_identification/grip_probe.py without a graph: which identify goals run the
-slip probe, how long each live step is replayed, and the identify folder amended with its
+slip probe, the live probe's clock and repeats, and the identify folder amended with its
 estimates (parameters.yaml and the manifest's hash agree)."""
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 
 from real2sim2real_ros.core.artifacts import RunDirectory, sha256_file
-from real2sim2real_ros.core.grasping.slip import SlipRun
 from real2sim2real_ros.core.parameters import ParameterEstimate, ParameterSet
 from real2sim2real_ros.nodes.system_identification.grip_probe import (
     PARAMETER,
@@ -32,13 +31,20 @@ def test_which_goals_run_the_slip_probe(names, bags, task, gripper, want):
     assert grip_plan(names, bags, task, gripper) == want
 
 
-def test_each_live_step_is_replayed_for_as_long_as_it_took():
-    world = ExecutorGripWorld(None, None, None, 'box_0')
-    # open, close at 30 N, three steps (the last one lets the box out), open again
-    world.grips = [(0.04, 30, 10.0, 0.4), (0.0, 30, 11.0, 1.2), (0.0, 24, 13.0, 1.1),
-                   (0.0, 19.2, 14.5, 5.9), (0.0, 15.4, 21.0, 0.3), (0.04, 30, 21.8, 0.4)]
-    run = SlipRun([24, 19.2, 15.4], [0.03, 0.03, 0.0], 0.03, 2)
-    assert world.step_dwells(run) == pytest.approx((1.5, 6.5, 0.8))
+def test_the_probe_times_its_steps_on_the_cells_clock_and_repeats_from_home():
+    """The live world's clock is the cell's (joint_states stamps); a repeat's start is read
+    after the arm went back home (out of the camera's view of the dropped box)."""
+    calls = []
+    node = SimpleNamespace(_cell_time=lambda: 12.5,
+                           _tracked_poses=lambda ids: {'box_0': ((0.5, 0.1, 0.03), 0.2)})
+    world = ExecutorGripWorld(node, SimpleNamespace(is_cancel_requested=False), None,
+                              'box_0', home=[0.0, -1.0])
+    world.reset = lambda q: calls.append(list(q))
+    assert world.time == 12.5
+    xyz, yaw = world.observe_start(None, None)
+    assert calls == [] and yaw == pytest.approx(0.2) and xyz == pytest.approx([0.5, 0.1, 0.03])
+    world.observe_start(None, None)
+    assert calls == [[0.0, -1.0]]
 
 
 def test_the_identify_folder_takes_the_slip_probes_estimates(tmp_path):

@@ -21,6 +21,7 @@ from real2sim2real_ros.core.grasping.jaw import PAD_FRICTION, finger_geoms
 from real2sim2real_ros.core.grasping.slip import (
     PARAMETER,
     SlipConfig,
+    along_pads,
     fit_finger_friction,
     friction_error,
     held_mass,
@@ -34,6 +35,7 @@ from real2sim2real_ros.core.robot_description import (
     load_robot,
 )
 from real2sim2real_ros.core.tasks import get_task
+from real2sim2real_ros.core.tasks.base import ResetSample
 from real2sim2real_ros.core.tasks.worlds import CellWorld, TaskObject, TwinWorld, task_scene_xml
 from real2sim2real_ros.core.twin import Twin
 from real2sim2real_ros.core.world import make_world
@@ -199,6 +201,91 @@ def test_the_held_mass_replaces_the_strikes_in_the_harness():
     assert row['covered'] and row['relative_error'] == pytest.approx(0.018 / 0.862)
     assert row['strike_estimate']['estimate'] == 0.41 and not row['strike_estimate']['covered']
     assert row['source'].startswith('held')
+
+
+class _Misread(CellWorld):
+    """A cell whose jaw reading, during its first probe only, says the box stayed in to
+    the last step (``'caught'``: a box wedged between the pads) or was already out after
+    the lift (``'missed'``: a missed grasp); the physics is the cell's own."""
+
+    def __init__(self, world, object_id, how):
+        super().__init__(world, object_id)
+        self.how, self.probes = how, 0
+
+    def observe_start(self, object_xyz, object_yaw, arrange=None):
+        self.probes += 1
+        return super().observe_start(object_xyz, object_yaw, arrange)
+
+    def gripper_state(self):
+        pos, vel, eff = super().gripper_state()
+        if self.probes == 1:
+            pos = 0.03 if self.how == 'caught' else 0.0
+        return pos, vel, eff
+
+
+@pytest.mark.parametrize('how,first', [('caught', None), ('missed', -1)])
+def test_the_earliest_slip_of_the_probes_counts(task, how, first):
+    """Two probes (SlipConfig.grasp_offsets): a run in which the box held on (caught) or was
+    out before the first step (a missed grasp, while the other run held it) gives way to the
+    one that slipped; each step's duration on the cell's clock comes with it."""
+    reset = task.sample_reset(np.random.default_rng(0))
+    world = _cell('mujoco', task, 0.55, 0.21)
+    try:
+        cell = _Misread(world, task.object_id, how)
+        run = run_slip_probe(task, cell, reset, SlipConfig(grasp_offsets=(0.0, 0.0)))
+    finally:
+        world.close()
+    assert cell.probes == 2
+    assert run.repeat_steps == [[0.0, first], [0.0, 9]] and run.slipped_at == 9
+    # one duration per step, the last one's included (until the jaw opens)
+    assert len(run.step_durations) == 10
+    assert run.step_durations == pytest.approx([SlipConfig().dwell] * 10, abs=0.011)
+    for bad in ({'grasp_offsets': ()}, {'grasp_offsets': (0.0, float('nan'))},
+                {'offset_fraction': 0.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SlipConfig(**bad)
+
+
+class _Biased(CellWorld):
+    """A cell whose tracker sees the box ``bias`` (m, xy) off its true centre."""
+
+    def __init__(self, world, object_id, bias):
+        super().__init__(world, object_id)
+        self.bias = np.array([*bias, 0.0])
+
+    def observe_start(self, object_xyz, object_yaw, arrange=None):
+        xyz, yaw = super().observe_start(object_xyz, object_yaw, arrange)
+        return np.asarray(xyz) + self.bias, yaw
+
+
+def test_a_grasp_off_the_centre_of_mass_holds_on_and_the_offsets_find_the_slip(robot):
+    """The gripper cell's own 8 x 6 cm box (centre of mass 6 mm along its 8 cm side) at its
+    spec pose, seen 10 mm off along the pads: the grasp through the seen centre (16 mm from
+    the centre of mass) turns the box between the pads and holds it far below the effort at
+    which a grasp through the true centre lets go; of the three grasps
+    (SlipConfig.grasp_offsets) the one nearest the centre of mass slips at that effort, and
+    the fit replays the seen centre. Measured when written: true centre step 9 (3.22 N),
+    seen centre step 16 (0.68 N), the offsets [16, held, 9]."""
+    size = (0.08, 0.06, 0.05)
+    task = get_task('pick_and_place', robot, {'object_size': size})
+    xy = np.array([0.55, 0.12])
+    reset = ResetSample(xy, 0.35, xy.copy())
+    data = yaml.safe_load((CELLS / 'gripper.yaml').read_text())
+    data['cameras'] = []
+    world = make_world(load_cell_spec(data))
+    try:
+        true = run_slip_probe(task, CellWorld(world, task.object_id), reset,
+                              SlipConfig(grasp_offsets=(0.0,)))
+        along, extent = along_pads(task, reset.object_yaw)
+        assert extent == pytest.approx(0.08)
+        seen = _Biased(world, task.object_id, 0.010 * along)
+        centred = run_slip_probe(task, seen, reset, SlipConfig(grasp_offsets=(0.0,)))
+        run = run_slip_probe(task, seen, reset)
+    finally:
+        world.close()
+    assert true.step == 9 and centred.step >= true.step + 3, (true.step, centred.step)
+    assert run.step == true.step and len(run.repeat_steps) == 3, run.repeat_steps
+    assert run.start_xy == pytest.approx(centred.start_xy)     # the fit replays the seen centre
 
 
 def test_slip_test_cli_names_bad_input_and_runs(capsys, tmp_path):

@@ -12,6 +12,25 @@ to the table and the jaw, commanded shut, closes past the width it held the box 
 than ``closed_drop``. What a real cell gives is enough: the measured jaw position (the
 driven finger in ``/joint_states``) and the tracked start pose the grasp is planned from.
 The result is the step at which the box came out (None: it held down to ``min_effort``).
+Each step's duration on the world's clock (``world.time``, where the world has one) comes
+with it: a live step lasts as long as its jaw goal took plus ``dwell``, and the fit replays
+it so.
+
+The probe runs once per entry of ``grasp_offsets`` (m, along the pads' faces from the
+observed centre, capped at ``offset_fraction`` of the box's extent that way; each grasp
+planned from the object's pose as then observed), and the earliest slip counts. A box
+gripped well off its centre of mass turns between the pads under its weight and then holds
+at a far lower effort (measured in-process on the emulated gripper cell, box 0.21 kg,
+friction 0.55, centre of mass 6 mm along its 8 cm side: with the grasp 1-8 mm from the
+centre of mass it came out at 3.22 N, at 13-15 mm at 0.68 N, at 18 mm at 0.28 N, from 20 mm
+on never). The tracker's error adds to the offset: live, the grasp of the same box was
+planned 3.9 mm off its centre, and in 2 of 21 runs the box stayed in until 1.65 N and
+1.05 N, which the fit read as 1.2 and 3.1 times the friction (docs/grasping.md). The grasp
+nearest the centre of mass slips first; the fit replays it through the observed centre in
+the twin, whose centre of mass is its own. The cost: an offset grasp far off a small box's
+centre can also slip one step early (measured: a 5 cm box gripped 15.5 mm off centre, step
+8 for 9). A run in which the box was already out before the first step while another held
+it at the start effort was a missed grasp and does not count.
 
 The held mass comes with it (:func:`held_mass`): the arm's measured joint efforts averaged
 over ``effort_window`` s while it holds the lifted box still, and again at the same pose after
@@ -65,11 +84,20 @@ class SlipConfig:
     settle: float = 0.3            # s after the lift, before the first step
     effort_window: float = 0.3     # s of joint efforts averaged, held and empty
     friction_bounds: tuple[float, float] = (0.05, 3.0)   # the fit's search range
+    # m along the pads from the observed centre, one probe each; the earliest slip counts
+    grasp_offsets: tuple[float, ...] = (0.0, 0.008, -0.008)
+    offset_fraction: float = 0.15  # an offset's cap: this x the box's extent along the pads
     tolerance: float = 0.02        # relative, the bisection's on the friction
 
     def __post_init__(self):
         if not 0 < self.ratio < 1:
             raise ValueError(f'slip probe: ratio {self.ratio} must be in (0, 1)')
+        if not self.grasp_offsets or not all(math.isfinite(o) for o in self.grasp_offsets):
+            raise ValueError(f'slip probe: grasp_offsets {self.grasp_offsets!r} must be one or '
+                             'more finite distances (m)')
+        if not 0 <= self.offset_fraction < 0.5:
+            raise ValueError(f'slip probe: offset_fraction {self.offset_fraction} must be in '
+                             '[0, 0.5)')
         if not 0 < self.min_effort < self.start_effort:
             raise ValueError('slip probe: 0 < min_effort < start_effort (N) is needed')
         lo, hi = self.friction_bounds
@@ -99,6 +127,12 @@ class SlipRun:
     hold_q: list[float] = field(default_factory=list)          # rad, the arm while holding
     held_efforts: list[float] = field(default_factory=list)    # N m, mean, box held
     empty_efforts: list[float] = field(default_factory=list)   # N m, mean, jaw open after
+    # s, each step's duration on the world's clock (empty: the world has none)
+    step_durations: list[float] = field(default_factory=list)
+    grasp_offset: float = 0.0      # m along the pads from the observed centre
+    # every probe's (grasp offset m, slipped_at) in order, when there were several (this
+    # run is the earliest)
+    repeat_steps: list = field(default_factory=list)
 
     @property
     def step(self) -> int:
@@ -194,10 +228,43 @@ def held_mass_estimate(name: str, mass: tuple[float, float] | None, prior: float
     return ParameterEstimate(name, float(mass[0]), max(lo, 1e-6), hi, float(prior), 'kg', True)
 
 
+def _clock(world) -> float | None:
+    """The world's time (s), None where it has no clock."""
+    t = getattr(world, 'time', None)
+    return None if t is None else float(t)
+
+
+def _counts(run: SlipRun) -> bool:
+    """Whether the box was held when the steps began (module docstring)."""
+    return run.slipped_at is None or run.slipped_at >= 0
+
+
 def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRun:
     """The probe on ``world`` for ``task`` (a PickAndPlace) with the box placed at ``reset``'s
-    start: planned from the observed start (tracked on a cell with an observer), read back
-    through the jaw's measured position only."""
+    start, once per ``cfg.grasp_offsets`` entry: planned from the observed start (tracked on
+    a cell with an observer), read back through the jaw's measured position only. The run
+    with the earliest slip among those that held the box when the steps began (else the
+    first), with every run's (offset, ``slipped_at``) in ``repeat_steps`` when there was more
+    than one (module docstring)."""
+    runs = [_probe_once(task, world, reset, cfg, o) for o in cfg.grasp_offsets]
+    if len(runs) == 1:
+        return runs[0]
+    held = [r for r in runs if _counts(r)] or runs[:1]
+    best = min(held, key=lambda r: r.step)
+    return replace(best, repeat_steps=[[r.grasp_offset, r.slipped_at] for r in runs])
+
+
+def along_pads(task, yaw: float) -> tuple[np.ndarray, float]:
+    """(the unit xy direction along the pads' faces, the box's extent that way, m) for a box
+    seen at ``yaw``: the jaw closes across one of its axes (PickAndPlace.grasp_turn)."""
+    jaw = task._jaw_yaw0 + task.grasp_turn(yaw)     # the direction the jaw closes in
+    sx, sy = task.cfg.object_size[:2]
+    across_x = abs(math.cos(jaw - yaw)) >= math.sqrt(0.5)
+    return np.array([-math.sin(jaw), math.cos(jaw)]), float(sy if across_x else sx)
+
+
+def _probe_once(task, world, reset, cfg: SlipConfig, offset: float = 0.0) -> SlipRun:
+    """One probe (run_slip_probe), the grasp ``offset`` m along the pads."""
     prepare = getattr(world, 'prepare_grasping', None)
     if prepare is not None:
         prepare()
@@ -207,7 +274,11 @@ def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRu
     if seen is None:
         raise SlipProbeError('slip probe: the object was not seen at its start')
     view = replace(reset, object_xy=np.asarray(seen[0][:2], float), object_yaw=float(seen[1]))
-    plan = task.grasp_plan(view, lift_height(task, cfg))
+    along, extent = along_pads(task, view.object_yaw)
+    cap = cfg.offset_fraction * extent
+    offset = float(np.clip(offset, -cap, cap))
+    plan = task.grasp_plan(replace(view, object_xy=view.object_xy + offset * along),
+                           lift_height(task, cfg))
     world.reset(plan['q_above'], true_xyz, reset.object_yaw)
     lower, upper = task.jaw.lower, task.jaw.upper
     world.command_gripper(upper, cfg.start_effort)
@@ -221,10 +292,11 @@ def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRu
     efforts = cfg.efforts()
     start = (tuple(float(v) for v in view.object_xy), float(view.object_yaw))
     if held - lower < cfg.closed_drop:
-        return SlipRun(efforts, [], held, -1, *start)
+        return SlipRun(efforts, [], held, -1, *start, grasp_offset=offset)
     hold_q, held_tau = _efforts(world, q_top, cfg.effort_window, c.waypoint_dt)
-    widths, slipped = [], None
+    widths, slipped, starts = [], None, []
     for k, effort in enumerate(efforts):
+        starts.append(_clock(world))
         world.command_gripper(lower, effort)
         _hold(world, q_top, cfg.step_dwells[k] if k < len(cfg.step_dwells) else cfg.dwell,
               c.waypoint_dt)
@@ -232,10 +304,14 @@ def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRu
         if widths[-1] < held - cfg.closed_drop:
             slipped = k
             break
+    starts.append(_clock(world))
     world.command_gripper(upper, cfg.start_effort)
     _hold(world, q_top, c.open_time, c.waypoint_dt)
     _, empty_tau = _efforts(world, q_top, cfg.effort_window, c.waypoint_dt)
-    return SlipRun(efforts, widths, held, slipped, *start, hold_q, held_tau, empty_tau)
+    durations = ([] if None in starts else
+                 [float(b - a) for a, b in zip(starts, starts[1:])])
+    return SlipRun(efforts, widths, held, slipped, *start, hold_q, held_tau, empty_tau,
+                   durations, offset)
 
 
 def friction_error(value: float, dynamic: float, static: float) -> float:
@@ -284,6 +360,7 @@ def fit_finger_friction(task, twin_world, cell: SlipRun,
     twin = twin_world.twin
     saved = twin.get_parameter(PARAMETER)
     steps: dict[float, int] = {}
+    cfg = replace(cfg, grasp_offsets=(0.0,))     # the twin's grasp through its centre
 
     def step_at(mu: float) -> int:
         if mu not in steps:

@@ -15,10 +15,14 @@ runs on :class:`ExecutorGripWorld`:
 * the jaw: ``grip`` goals (``position``, the step's effort; recorded), each waited for. A jaw
   stalled on the box succeeds after the controller's ``stall_timeout``, so a live step lasts
   that plus the probe's dwell, longer on a loaded machine: the fit replays each step in the
-  twin for as long as it lasted on the cell's clock (the ``joint_states`` stamps; a box
-  creeps in a grasp over time, and a long step once let it settle into a hold to 1.65 N
-  where it came out at 3.22 N in 4 other runs);
+  twin for as long as it lasted on the cell's clock (the ``joint_states`` stamps: a box
+  creeps in a grasp over time);
 * readings: the latest ``joint_states`` (the jaw's position; the arm's positions, efforts).
+
+The probe grasps once per ``SlipConfig.grasp_offsets`` entry, each grasp planned from the
+box's pose as then tracked (it lies where the last run dropped it; the arm goes back to
+where it started first, out of the camera's view of the box), and the earliest slip counts
+(core/grasping/slip.py: a box gripped off its centre of mass turns and holds on).
 
 The held mass (slip.held_mass, interval slip.held_mass_interval) replaces the twin's before
 the friction fit and the strikes' estimate in the result. Both estimates join the goal's
@@ -41,6 +45,9 @@ from ...ros.subscriptions import subscribed
 from .failure import GoalFailed
 
 PARAMETER = slip.PARAMETER
+# s waited after a move home before a repeat's start is read (the pose mean's 0.4 s window
+# and the tracker's latency: the box seen where the last run dropped it)
+OBSERVE_AFTER_MOVE_S = 0.6
 STAGE = 'identify_grip'
 R = Identify.Result
 
@@ -59,9 +66,12 @@ class ExecutorGripWorld:
     """core/grasping/slip.run_slip_probe's world on the live cell (module docstring): ``node``
     is the system_identification node, ``goal_handle`` its identify goal."""
 
-    def __init__(self, node, goal_handle, robot, object_id: str):
+    def __init__(self, node, goal_handle, robot, object_id: str, home=None):
         self.node, self.goal_handle, self.robot = node, goal_handle, robot
         self.object_id = object_id
+        # the arm's pose before the probe: a repeat observes the box from there again
+        self.home = None if home is None else np.asarray(home, float)
+        self.observed = 0
         # (position m, effort N, start, duration): the jaw goals on the cell's clock (s)
         self.grips: list[tuple[float, float, float, float]] = []
         self.bags: list[str] = []
@@ -74,7 +84,13 @@ class ExecutorGripWorld:
             time.sleep(min(0.02, max(0.0, end - time.monotonic())))
 
     def observe_start(self, _xyz, _yaw):
-        """The object's tracked pose (the probe plans its grasp from it)."""
+        """The object's tracked pose (the probe plans its grasp from it). A repeat first takes
+        the arm back home (out of the camera's view of the box the last run dropped) and
+        waits for poses seen after it."""
+        if self.observed and self.home is not None:
+            self.reset(self.home)
+            self._wait(OBSERVE_AFTER_MOVE_S)
+        self.observed += 1
         poses = self.node._tracked_poses([self.object_id])
         if self.object_id not in poses:
             return None
@@ -129,11 +145,10 @@ class ExecutorGripWorld:
         """The arm's latest joint efforts (N m)."""
         return self.node._latest(self.robot.joint_names)[2]
 
-    def step_dwells(self, run: slip.SlipRun) -> tuple[float, ...]:
-        """How long each live effort step lasted on the cell's clock: from its grip goal to
-        the next one (the opening after the last step)."""
-        starts = [g[2] for g in self.grips[-(len(run.widths) + 1):]]
-        return tuple(float(b - a) for a, b in zip(starts, starts[1:]))
+    @property
+    def time(self) -> float:
+        """The cell's clock (s, the ``joint_states`` stamps): the probe times its steps on it."""
+        return self.node._cell_time()
 
 
 @dataclass
@@ -176,9 +191,9 @@ class GripProbe:
         task_name, task, twin = self._grip_task(robot, config, scene_path, last)
         twin.close()
         self._feedback(goal_handle, 'slip probe', 0.3)
-        world = ExecutorGripWorld(self, goal_handle, robot, task.object_id)
-        cfg = slip.SlipConfig()
         start = self._current(robot)
+        world = ExecutorGripWorld(self, goal_handle, robot, task.object_id, home=start)
+        cfg = slip.SlipConfig()
         try:
             with subscribed(self, TrackedObjects, self.p.tracked_objects_topic,
                             self._on_tracked, qos.STATE, self._cb):
@@ -214,7 +229,7 @@ class GripProbe:
             if mass_est is not None:
                 twin.set_parameter(mass_name, mass_est.value)
             prior = twin.get_parameter(PARAMETER)
-            dwells = probe.world.step_dwells(run)
+            dwells = tuple(run.step_durations)
             self._feedback(goal_handle, 'fit finger friction', 0.97)
             fit = slip.fit_finger_friction(task, TwinWorld(twin, oid), run,
                                            replace(probe.cfg, step_dwells=dwells))
