@@ -18,19 +18,21 @@ it so.
 
 The probe runs once per entry of ``grasp_offsets`` (m, along the pads' faces from the
 observed centre, capped at ``offset_fraction`` of the box's extent that way; each grasp
-planned from the object's pose as then observed), and the earliest slip counts. A box
-gripped well off its centre of mass turns between the pads under its weight and then holds
-at a far lower effort (measured in-process on the emulated gripper cell, box 0.21 kg,
-friction 0.55, centre of mass 6 mm along its 8 cm side: with the grasp 1-8 mm from the
-centre of mass it came out at 3.22 N, at 13-15 mm at 0.68 N, at 18 mm at 0.28 N, from 20 mm
-on never). The tracker's error adds to the offset: live, the grasp of the same box was
-planned 3.9 mm off its centre, and in 2 of 21 runs the box stayed in until 1.65 N and
-1.05 N, which the fit read as 1.2 and 3.1 times the friction (docs/grasping.md). The grasp
-nearest the centre of mass slips first; the fit replays it through the observed centre in
-the twin, whose centre of mass is its own. The cost: an offset grasp far off a small box's
-centre can also slip one step early (measured: a 5 cm box gripped 15.5 mm off centre, step
-8 for 9). A run in which the box was already out before the first step while another held
-it at the start effort was a missed grasp and does not count.
+planned from the object's pose as then observed). A box gripped well off its centre of mass
+turns between the pads under its weight and then holds at a far lower effort (measured
+in-process on the emulated gripper cell, box 0.21 kg, friction 0.55, centre of mass 6 mm
+along its 8 cm side: with the grasp 1-8 mm from the centre of mass it came out at 3.22 N,
+at 13-15 mm at 0.68 N, at 18 mm at 0.28 N, from 20 mm on never). The tracker's error adds
+to the offset: live, the grasp of the same box was planned 3.9 mm off its centre, and in 2
+of 21 runs the box stayed in until 1.65 N and 1.05 N, which the fit read as 1.2 and 3.1
+times the friction (docs/grasping.md). An offset grasp far off a small box's centre can
+instead slip one step early (a 5 cm box gripped 15.5 mm off centre: step 8 for 9; the
+earliest of three grasps read 2 of 16 slip-test cells one step low). So the first grasp
+(through the seen centre) counts, unless another slipped at least ``catch_steps`` earlier:
+then the earliest, the grasp nearest the centre of mass. The fit replays it through the
+observed centre in the twin, whose centre of mass is its own. A run in which the box was
+already out before the first step while another held it at the start effort was a missed
+grasp and does not count.
 
 The held mass comes with it (:func:`held_mass`): the arm's measured joint efforts averaged
 over ``effort_window`` s while it holds the lifted box still, and again at the same pose after
@@ -84,8 +86,10 @@ class SlipConfig:
     settle: float = 0.3            # s after the lift, before the first step
     effort_window: float = 0.3     # s of joint efforts averaged, held and empty
     friction_bounds: tuple[float, float] = (0.05, 3.0)   # the fit's search range
-    # m along the pads from the observed centre, one probe each; the earliest slip counts
+    # m along the pads from the observed centre, one probe each; the first is the reference
+    # grasp, another counts when it slips at least catch_steps earlier (module docstring)
     grasp_offsets: tuple[float, ...] = (0.0, 0.008, -0.008)
+    catch_steps: int = 2
     offset_fraction: float = 0.15  # an offset's cap: this x the box's extent along the pads
     tolerance: float = 0.02        # relative, the bisection's on the friction
 
@@ -95,6 +99,9 @@ class SlipConfig:
         if not self.grasp_offsets or not all(math.isfinite(o) for o in self.grasp_offsets):
             raise ValueError(f'slip probe: grasp_offsets {self.grasp_offsets!r} must be one or '
                              'more finite distances (m)')
+        if not (isinstance(self.catch_steps, int) and self.catch_steps >= 1):
+            raise ValueError(f'slip probe: catch_steps {self.catch_steps!r} must be an '
+                             'integer >= 1')
         if not 0 <= self.offset_fraction < 0.5:
             raise ValueError(f'slip probe: offset_fraction {self.offset_fraction} must be in '
                              '[0, 0.5)')
@@ -242,15 +249,18 @@ def _counts(run: SlipRun) -> bool:
 def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRun:
     """The probe on ``world`` for ``task`` (a PickAndPlace) with the box placed at ``reset``'s
     start, once per ``cfg.grasp_offsets`` entry: planned from the observed start (tracked on
-    a cell with an observer), read back through the jaw's measured position only. The run
-    with the earliest slip among those that held the box when the steps began (else the
-    first), with every run's (offset, ``slipped_at``) in ``repeat_steps`` when there was more
-    than one (module docstring)."""
+    a cell with an observer), read back through the jaw's measured position only. Of the
+    runs that held the box when the steps began (else the first run): the first, unless
+    another slipped at least ``cfg.catch_steps`` earlier, then the earliest; every run's
+    (offset, ``slipped_at``) in ``repeat_steps`` when there was more than one (module
+    docstring)."""
     runs = [_probe_once(task, world, reset, cfg, o) for o in cfg.grasp_offsets]
     if len(runs) == 1:
         return runs[0]
     held = [r for r in runs if _counts(r)] or runs[:1]
     best = min(held, key=lambda r: r.step)
+    if best.step > held[0].step - cfg.catch_steps:
+        best = held[0]
     return replace(best, repeat_steps=[[r.grasp_offset, r.slipped_at] for r in runs])
 
 
