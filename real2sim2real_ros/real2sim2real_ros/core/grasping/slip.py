@@ -26,10 +26,11 @@ at 13-15 mm at 0.68 N, at 18 mm at 0.28 N, from 20 mm on never). The tracker's e
 to the offset: live, the grasp of the same box was planned 3.9 mm off its centre, and in 2
 of 21 runs the box stayed in until 1.65 N and 1.05 N, which the fit read as 1.2 and 3.1
 times the friction (docs/grasping.md). An offset grasp far off a small box's centre can
-instead slip one step early (a 5 cm box gripped 15.5 mm off centre: step 8 for 9; the
-earliest of three grasps read 2 of 16 slip-test cells one step low). So the first grasp
-(through the seen centre) counts, unless another slipped at least ``catch_steps`` earlier:
-then the earliest, the grasp nearest the centre of mass. The fit replays it through the
+instead slip early (a 5 cm box: 15.5 mm off centre, step 8 for 9; on a drawn cell's arm,
+7.5 mm off, two steps early in 2 of 8 cells, at 5 mm at most one), hence the cap. So the
+first grasp (through the seen centre) counts, unless another slipped at least
+``catch_steps`` earlier (the catches seen held on 3-11 steps longer): then the earliest, the
+grasp nearest the centre of mass. The fit replays it through the
 observed centre in the twin, whose centre of mass is its own. A run in which the box was
 already out before the first step while another held it at the start effort was a missed
 grasp and does not count.
@@ -90,7 +91,7 @@ class SlipConfig:
     # grasp, another counts when it slips at least catch_steps earlier (module docstring)
     grasp_offsets: tuple[float, ...] = (0.0, 0.008, -0.008)
     catch_steps: int = 2
-    offset_fraction: float = 0.15  # an offset's cap: this x the box's extent along the pads
+    offset_fraction: float = 0.1   # an offset's cap: this x the box's extent along the pads
     tolerance: float = 0.02        # relative, the bisection's on the friction
 
     def __post_init__(self):
