@@ -21,7 +21,6 @@ from real2sim2real_ros.core.grasping.jaw import PAD_FRICTION, finger_geoms
 from real2sim2real_ros.core.grasping.slip import (
     PARAMETER,
     SlipConfig,
-    along_pads,
     fit_finger_friction,
     friction_error,
     held_mass,
@@ -276,7 +275,7 @@ def test_a_grasp_off_the_centre_of_mass_holds_on_and_the_offsets_find_the_slip(r
     try:
         true = run_slip_probe(task, CellWorld(world, task.object_id), reset,
                               SlipConfig(grasp_offsets=(0.0,)))
-        along, extent = along_pads(task, reset.object_yaw)
+        along, extent = task.along_pads(reset.object_yaw)
         assert extent == pytest.approx(0.08)
         seen = _Biased(world, task.object_id, 0.010 * along)
         centred = run_slip_probe(task, seen, reset, SlipConfig(grasp_offsets=(0.0,)))

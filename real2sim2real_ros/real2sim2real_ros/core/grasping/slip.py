@@ -30,8 +30,8 @@ instead slip early (a 5 cm box: 15.5 mm off centre, step 8 for 9; on a drawn cel
 7.5 mm off, two steps early in 2 of 8 cells, at 5 mm at most one), hence the cap. So the
 first grasp (through the seen centre) counts, unless another slipped at least
 ``catch_steps`` earlier (the catches seen held on 3-11 steps longer): then the earliest, the
-grasp nearest the centre of mass. The fit replays it through the
-observed centre in the twin, whose centre of mass is its own. A run in which the box was
+grasp nearest the centre of mass. The fit replays it through the observed centre in the
+twin, whose centre of mass is its own. A run in which the box was
 already out before the first step while another held it at the start effort was a missed
 grasp and does not count.
 
@@ -139,7 +139,7 @@ class SlipRun:
     step_durations: list[float] = field(default_factory=list)
     grasp_offset: float = 0.0      # m along the pads from the observed centre
     # every probe's (grasp offset m, slipped_at) in order, when there were several (this
-    # run is the earliest)
+    # run is the one that counts: run_slip_probe)
     repeat_steps: list = field(default_factory=list)
 
     @property
@@ -265,15 +265,6 @@ def run_slip_probe(task, world, reset, cfg: SlipConfig = SlipConfig()) -> SlipRu
     return replace(best, repeat_steps=[[r.grasp_offset, r.slipped_at] for r in runs])
 
 
-def along_pads(task, yaw: float) -> tuple[np.ndarray, float]:
-    """(the unit xy direction along the pads' faces, the box's extent that way, m) for a box
-    seen at ``yaw``: the jaw closes across one of its axes (PickAndPlace.grasp_turn)."""
-    jaw = task._jaw_yaw0 + task.grasp_turn(yaw)     # the direction the jaw closes in
-    sx, sy = task.cfg.object_size[:2]
-    across_x = abs(math.cos(jaw - yaw)) >= math.sqrt(0.5)
-    return np.array([-math.sin(jaw), math.cos(jaw)]), float(sy if across_x else sx)
-
-
 def _probe_once(task, world, reset, cfg: SlipConfig, offset: float = 0.0) -> SlipRun:
     """One probe (run_slip_probe), the grasp ``offset`` m along the pads."""
     prepare = getattr(world, 'prepare_grasping', None)
@@ -285,7 +276,7 @@ def _probe_once(task, world, reset, cfg: SlipConfig, offset: float = 0.0) -> Sli
     if seen is None:
         raise SlipProbeError('slip probe: the object was not seen at its start')
     view = replace(reset, object_xy=np.asarray(seen[0][:2], float), object_yaw=float(seen[1]))
-    along, extent = along_pads(task, view.object_yaw)
+    along, extent = task.along_pads(view.object_yaw)
     cap = cfg.offset_fraction * extent
     offset = float(np.clip(offset, -cap, cap))
     plan = task.grasp_plan(replace(view, object_xy=view.object_xy + offset * along),

@@ -146,10 +146,24 @@ class PickAndPlace(DeclaredTask):
         sx, sy = self.cfg.object_size[:2]
         if abs(sx - sy) < SQUARE_TOLERANCE:
             return turn
-        k = round((self._jaw_yaw0 + turn - yaw) / QUARTER) % 2   # 0: across x, 1: across y
-        if (sx if k == 0 else sy) > min(sx, sy):
+        if (sx if self._closes_across(turn, yaw) == 0 else sy) > min(sx, sy):
             turn = turn - QUARTER if turn >= 0 else turn + QUARTER
         return float(turn)
+
+    def _closes_across(self, turn: float, yaw: float) -> int:
+        """The box axis (0: x, 1: y) the jaw, turned by ``turn``, closes across for a box
+        at ``yaw``."""
+        return round((self._jaw_yaw0 + turn - yaw) / QUARTER) % 2
+
+    def along_pads(self, yaw: float) -> tuple[np.ndarray, float]:
+        """(the unit xy direction along the pads' faces, the box's extent that way, m) in
+        the grasp :meth:`grasp_turn` sets for a box at ``yaw`` (the slip probe's grasp
+        offsets, core/grasping/slip.py)."""
+        turn = self.grasp_turn(yaw)
+        jaw = self._jaw_yaw0 + turn         # the direction the jaw closes in
+        sx, sy = self.cfg.object_size[:2]
+        extent = sy if self._closes_across(turn, yaw) == 0 else sx
+        return np.array([-math.sin(jaw), math.cos(jaw)]), float(extent)
 
     def observation(self, state: dict) -> np.ndarray:
         """(target - box x, y in m, box yaw relative to the jaw modulo a quarter turn)."""

@@ -21,8 +21,9 @@ runs on :class:`ExecutorGripWorld`:
 
 The probe grasps once per ``SlipConfig.grasp_offsets`` entry, each grasp planned from the
 box's pose as then tracked (it lies where the last run dropped it; the arm goes back to
-where it started first, out of the camera's view of the box), and the earliest slip counts
-(core/grasping/slip.py: a box gripped off its centre of mass turns and holds on).
+where it started first, out of the camera's view of the box); the grasp through the seen
+centre counts unless another slips ``catch_steps`` earlier (core/grasping/slip.py: a box
+gripped off its centre of mass turns and holds on).
 
 The held mass (slip.held_mass, interval slip.held_mass_interval) replaces the twin's before
 the friction fit and the strikes' estimate in the result. Both estimates join the goal's
