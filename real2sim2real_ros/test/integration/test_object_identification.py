@@ -196,6 +196,34 @@ def test_target_slides_spread_the_strike_speeds_over_the_rounds(robot):
     assert speeds[1] / speeds[0] == pytest.approx(2 ** 0.5, rel=0.05), speeds
 
 
+def test_cruise_time_holds_the_strike_speed_before_the_release(robot):
+    """StrikeConfig.cruise_time (off by default): the tool holds the release speed that long
+    before it brakes, so a lagging arm has caught up when the object leaves it. The
+    profile's speed is v over the whole cruise, the release comes cruise_time later and
+    v x cruise_time farther, and the planned strike's push_length carries that distance."""
+    from real2sim2real_ros.core.sysid.object_probes import _push_profile
+    plain = StrikeConfig.from_dict({'accel': 15.0, 'decel': 25.0})
+    cruise = StrikeConfig.from_dict({'accel': 15.0, 'decel': 25.0, 'cruise_time': 0.03})
+    v = 0.8
+    t0, s0, _, t_rel0, s_rel0 = _push_profile(v, plain)
+    t1, s1, _, t_rel1, s_rel1 = _push_profile(v, cruise)
+    assert t_rel1 - t_rel0 == pytest.approx(0.03)
+    assert s_rel1 - s_rel0 == pytest.approx(v * 0.03)
+    held = (t1 > t_rel0 + 1e-6) & (t1 < t_rel1 - 1e-6)
+    assert held.sum() >= 2
+    assert np.allclose(s1[held], s_rel0 + v * (t1[held] - t_rel0), atol=1e-9)   # at v
+    assert s1[-1] - s0[-1] == pytest.approx(v * 0.03, abs=1e-6)   # same braking after it
+    for bad in (-0.01, 0.5):
+        with pytest.raises(ValueError, match='cruise_time'):
+            StrikeConfig.from_dict({'cruise_time': bad})
+    objs, table, q0 = default_box_setup(robot)
+    plans = [plan_strike_probe(robot, objs, table, q0, {'box_0': (0.2, 0.5, 1.0)}, c)
+             for c in (plain, cruise)]
+    a, b = (p.strikes[0] for p in plans)
+    assert b.push_length - a.push_length == pytest.approx(b.speed * 0.03, abs=1e-3) \
+        if a.speed == b.speed else b.push_length > a.push_length
+
+
 @pytest.mark.parametrize('case', ['default'], indirect=True)
 def test_declared_damping_of_an_undamped_object_stays_near_zero(case, robot):
     """body/<id>/linear_damping and angular_damping (issue 15's experiment, not shipped) are

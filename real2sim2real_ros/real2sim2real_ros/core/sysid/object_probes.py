@@ -65,6 +65,11 @@ class StrikeConfig:
     creep_extra: float = 0.005
     accel: float = 8.0               # push acceleration (the object rides the tool)
     decel: float = 15.0              # braking (> mu g for any mu <= 1: the object leaves)
+    # At the strike speed this long before braking (slide_to_target's cruise_time: 0.02). The
+    # arm's servo and latency lag its reference: without a cruise the tool reached the strike
+    # speed ~20 ms after the planned release on the Drake cells, so the box left a tool that
+    # was already braking (docs/model_gap.md, stop 51). 0: brake right after accelerating.
+    cruise_time: float = 0.0
     lift: float = 0.015              # the tool rises this much while braking
     speed_min: float = 0.3
     speed_max: float = 1.2
@@ -156,6 +161,9 @@ class StrikeConfig:
                  'leans_deg': lambda v: tuple(float(x) for x in v),
                  'target_slides': lambda v: tuple(float(x) for x in v)}
         cfg = cls(**{k: kinds.get(k, float)(v) for k, v in d.items()})
+        if cfg.cruise_time < 0 or cfg.cruise_time > 0.2:
+            raise ValueError('strike config: cruise_time must be in [0, 0.2] s (the object '
+                             'rides the tool at the strike speed that long)')
         if cfg.plan_friction_upper < 0:
             raise ValueError('strike config: plan_friction_upper must be >= 0 (0: the fit\'s '
                              'friction bound)')
@@ -494,8 +502,10 @@ def _push_profile(v: float, cfg: StrikeConfig, lift: float | None = None,
     t_c1 = t_c0 + max(d_creep - s_c0, 0.0) / vc        # end of the creep
     s_c1 = max(d_creep, s_c0)
     t_acc = (v - vc) / cfg.accel
-    t_rel = t_c1 + t_acc
-    s_rel = s_c1 + vc * t_acc + 0.5 * cfg.accel * t_acc ** 2
+    t_cruise = t_c1 + t_acc                            # at v from here ...
+    t_rel = t_cruise + cfg.cruise_time                 # ... to the release (braking)
+    s_cruise = s_c1 + vc * t_acc + 0.5 * cfg.accel * t_acc ** 2
+    s_rel = s_cruise + v * cfg.cruise_time
     t_dec = v / cfg.decel
     t_end = t_rel + t_dec
     dt = cfg.waypoint_dt
@@ -504,9 +514,11 @@ def _push_profile(v: float, cfg: StrikeConfig, lift: float | None = None,
     s = np.where(
         t <= t_c0, 0.5 * cfg.accel * t ** 2,
         np.where(t <= t_c1, s_c0 + vc * (t - t_c0),
-                 np.where(t <= t_rel,
+                 np.where(t <= t_cruise,
                           s_c1 + vc * (t - t_c1) + 0.5 * cfg.accel * (t - t_c1) ** 2,
-                          s_rel + v * (t - t_rel) - 0.5 * cfg.decel * (t - t_rel) ** 2)))
+                          np.where(t <= t_rel, s_cruise + v * (t - t_cruise),
+                                   s_rel + v * (t - t_rel)
+                                   - 0.5 * cfg.decel * (t - t_rel) ** 2))))
     dz = (cfg.lift if lift is None else lift) * np.clip((t - t_rel) / t_dec, 0.0, 1.0)
     return t, s, dz, t_rel, s_rel
 
