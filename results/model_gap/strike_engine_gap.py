@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -180,7 +181,7 @@ def main():
     if args.out:
         Path(args.out).write_text(json.dumps(
             {'command': 'python results/model_gap/strike_engine_gap.py '
-                        + ' '.join(f'--{k} {v}' for k, v in (('rounds', args.rounds),)),
+                        + ' '.join(sys.argv[1:]),
              'variants': variants, 'summary': summary, 'results': results}, indent=1))
 
 
