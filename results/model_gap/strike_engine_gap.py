@@ -13,7 +13,7 @@ object's pose is read from the cells' truth: a measurement, not a stage (only an
 reads truth).
 
     scripts/env.sh python results/model_gap/strike_engine_gap.py --jobs 2 \\
-        --out results/model_gap/strike_engine_gap.json     # about 15 min on 2 cores
+        --out results/model_gap/strike_engine_gap.json     # about 20 min, one core busy
 
 Variants (``--variants`` JSON: name -> StrikeConfig overrides over the task-strike config's
 ``objects.strike``): see ``VARIANTS``.
