@@ -51,25 +51,22 @@ def strike_config(overrides: dict):
 
 
 def plan_rounds(spec, robot, cfg, rounds: int, q_start):
-    """Strike plans for ``rounds`` rounds on box_0 at its spec pose (truth: the evaluator's)."""
-    from real2sim2real_ros.core.sysid.object_probes import (
-        StrikeObject,
-        TableRegion,
-        plan_strike_probe,
-    )
+    """Strike plans for ``rounds`` rounds on box_0 at its spec pose (truth: the evaluator's),
+    the objects and table as the planner sees them in the bench's scene twin."""
+    from real2sim2real_ros.bench.object_id_bench import scene_xml
+    from real2sim2real_ros.core.sysid.object_fit import strike_objects, table_region
+    from real2sim2real_ros.core.sysid.object_probes import plan_strike_probe
     from real2sim2real_ros.core.sysid.probes import ProbeError
-    obj = spec.object('box_0')
-    others = [StrikeObject(o.id, o.shape, tuple(o.extents), np.asarray(o.xyz[:2], float),
-                           float(o.yaw), float(o.xyz[2])) for o in spec.objects
-              if o.id != 'box_0']
-    target = StrikeObject('box_0', obj.shape, tuple(obj.extents),
-                          np.asarray(obj.xyz[:2], float), float(obj.yaw), float(obj.xyz[2]))
-    table = TableRegion(np.asarray(spec.table.center, float),
-                        np.asarray(spec.table.size[:2], float), float(spec.table.height))
+    from real2sim2real_ros.core.twin import Twin
+    twin = Twin(robot, scene_xml(spec))
+    objs = strike_objects(twin, {o.id: (o.xyz, o.yaw) for o in spec.objects})
+    target = [o for o in objs if o.id == 'box_0']
+    others = [o for o in objs if o.id != 'box_0']
+    table = table_region(twin)
     plans, previous = [], {}
     for r in range(rounds):
         try:
-            plan = plan_strike_probe(robot, [target], table, q_start,
+            plan = plan_strike_probe(robot, target, table, q_start,
                                      {'box_0': (0.2, 0.5, 1.0)}, cfg.for_round(r),
                                      previous=previous, name=f'strike_{r}', obstacles=others)
         except ProbeError as exc:
