@@ -42,8 +42,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help='share of the drawn cells (0-1) run on Drake, every 1/F-th one, '
                    'with what only Drake has drawn too (cells.py DRAKE_PRIOR); default 0')
     p.add_argument('--seed', type=int, nargs='+', default=[0], metavar='SEED',
-                   help='seed for training and the cell\'s noise; several: every cell runs '
-                   'once per seed (named <cell>_s<seed>), all in one report')
+                   help='seed for training and the evaluation episodes (with --reseed-noise '
+                   'also the cell\'s sensor noise); several: every cell runs once per seed '
+                   '(named <cell>_s<seed>), all in one report')
+    p.add_argument('--reseed-noise', action='store_true',
+                   help='the seed also draws each cell\'s sensor noise (joint states, depth '
+                   'frames), so seeds are whole runs of a cell, identification included; '
+                   'default: the noise comes from the cell spec\'s seed, as in every '
+                   'committed result before stop 52')
     p.add_argument('--draw-seed', type=int, default=None, metavar='SEED',
                    help='seed the --draw-cells are drawn with (default: the first --seed)')
     p.add_argument('--robot', default=None, metavar='URDF',
@@ -162,6 +168,7 @@ def cmd_evaluate(args) -> int:
                         observation=args.observation,
                         strict_truth=args.observation == 'tracker',
                         compare_truth_observation=args.compare_truth_observation,
+                        reseed_noise=args.reseed_noise,
                         robot_urdf=str(Path(args.robot).resolve()) if args.robot else None,
                         identification_config=ident_conf,
                         train=_merge(QUICK_TRAIN if args.quick else {},

@@ -63,7 +63,7 @@ from .emulated_world import (
 from .geometry import yaw_quat
 from .joint_trajectory import TrajectoryFollower
 from .truth import TruthDoor
-from .world import ServoCellBase, object_resets
+from .world import ServoCellBase, object_resets, sensor_noise_streams
 
 ROBOT_MODEL = 'robot'
 FRICTION_VELOCITY = 0.01        # rad/s, regularisation of the Coulomb joint friction
@@ -147,7 +147,8 @@ def _pair_friction(target: float, other: float, field: str) -> float:
 class DrakeWorld(ServoCellBase):
     """A running emulated cell on Drake: physics, controller, sensors, cameras."""
 
-    def __init__(self, spec: CellSpec, robot_urdf: str | None = None, truth=None):
+    def __init__(self, spec: CellSpec, robot_urdf: str | None = None, truth=None,
+                 noise_seed: int | None = None):
         self._spec = spec
         self.truth = _door(truth)
         self.lock = threading.RLock()
@@ -174,9 +175,8 @@ class DrakeWorld(ServoCellBase):
         self.initial_positions = q0
         self._dt = float(spec.contact.timestep)
         self._build()
-        self._rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 1]))
-        self._depth_rngs = {c.name: np.random.default_rng(np.random.SeedSequence([spec.seed, 2, i]))
-                            for i, c in enumerate(spec.cameras)}
+        self.noise_seed = noise_seed       # the run's (world.sensor_noise_streams)
+        self._rng, self._depth_rngs = sensor_noise_streams(spec, noise_seed)
         self._render = threading.local()
         self._noise_lock = threading.Lock()
         self.follower = TrajectoryFollower(self.joint_names, q0, self.robot.lower,

@@ -30,7 +30,7 @@ from .grasping.jaw import MujocoJaw, gripper_joints
 from .joint_trajectory import TrajectoryFollower
 from .offscreen import mujoco_renderer
 from .truth import TruthDoor
-from .world import ServoCellBase, object_resets
+from .world import ServoCellBase, object_resets, sensor_noise_streams
 
 ROBOT_PREFIX = 'robot/'
 OBJECT_PREFIX = 'object/'
@@ -145,7 +145,7 @@ class EmulatedWorld(ServoCellBase):
     """A running emulated cell: physics, controller, sensors, cameras."""
 
     def __init__(self, spec: CellSpec, robot_urdf: str | None = None,
-                 truth: TruthDoor | None = None):
+                 truth: TruthDoor | None = None, noise_seed: int | None = None):
         self._spec = spec
         self.truth = truth if truth is not None else TruthDoor()
         self.lock = threading.RLock()
@@ -175,9 +175,8 @@ class EmulatedWorld(ServoCellBase):
         desc = self.robot.description
         self._jaw = (MujocoJaw(self._model, desc, ROBOT_PREFIX)
                      if desc is not None and gripper_joints(desc) is not None else None)
-        self._rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 1]))
-        self._depth_rngs = {c.name: np.random.default_rng(np.random.SeedSequence([spec.seed, 2, i]))
-                            for i, c in enumerate(spec.cameras)}
+        self.noise_seed = noise_seed       # the run's (world.sensor_noise_streams)
+        self._rng, self._depth_rngs = sensor_noise_streams(spec, noise_seed)
         self._renderers = threading.local()
         self._noise_lock = threading.Lock()
         self.follower = TrajectoryFollower(self.joint_names, q0, self.robot.lower,

@@ -290,11 +290,28 @@ def object_resets(known_ids, ids, poses) -> list[tuple[str, object]]:
     return out
 
 
+def sensor_noise_streams(spec: CellSpec, noise_seed: int | None = None):
+    """(joint-state noise generator, {camera name: depth noise generator}) for one run of
+    ``spec``'s cell. Drawn from the spec's ``seed``; a run's own ``noise_seed`` joins it, so
+    two runs of one cell see different sensor noise, as two runs on a real cell do (None: the
+    spec's seed alone, as every run before stop 52). The cameras' calibration error is not
+    here: it is a property of the cell, drawn from the spec's seed only."""
+    if noise_seed is not None and (isinstance(noise_seed, bool) or int(noise_seed) != noise_seed
+                                   or noise_seed < 0):
+        raise ValueError(f'noise_seed: must be an integer >= 0 or None, got {noise_seed!r}')
+    extra = [] if noise_seed is None else [int(noise_seed)]
+    joints = np.random.default_rng(np.random.SeedSequence([spec.seed, 1, *extra]))
+    depth = {c.name: np.random.default_rng(np.random.SeedSequence([spec.seed, 2, i, *extra]))
+             for i, c in enumerate(spec.cameras)}
+    return joints, depth
+
+
 def make_world(spec: CellSpec, robot_urdf: str | None = None, **kwargs) -> CellWorld:
     """The emulated cell for ``spec`` on the engine the spec names (``spec.engine``).
 
     ``robot_urdf`` overrides the spec's robot; ``kwargs`` go to the world's constructor
-    (e.g. ``truth=`` where the world takes a truth door). Build errors raise
+    (``truth=``: a truth door; ``noise_seed=``: the run's sensor noise, see
+    :func:`sensor_noise_streams`). Build errors raise
     ``core.emulated_world.WorldBuildError`` naming the part that failed, for either engine.
     """
     engine = getattr(spec, 'engine', 'mujoco')
@@ -308,4 +325,4 @@ def make_world(spec: CellSpec, robot_urdf: str | None = None, **kwargs) -> CellW
     raise WorldBuildError(f'engine: must be one of {list(ENGINES)}, got {engine!r}')
 
 
-__all__ = ['CellWorld', 'ENGINES', 'ServoCellBase', 'make_world']
+__all__ = ['CellWorld', 'ENGINES', 'ServoCellBase', 'make_world', 'sensor_noise_streams']

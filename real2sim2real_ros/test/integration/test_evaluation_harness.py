@@ -409,3 +409,33 @@ def test_a_stage_reading_the_cells_truth_fails_the_cell(tmp_path, monkeypatch):
     assert c['error'].startswith('TruthLeak: ') and 'leaking_identify' in c['error'], c
     assert 'hidden truth (spec)' in c['error']
     assert not (tmp_path / 'out' / spec.name / 'checkpoints').exists()
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize('reseed, expected', [(True, 7), (False, None)])
+def test_reseed_noise_gives_the_cell_and_its_capture_sweep_the_runs_seed(tmp_path, monkeypatch,
+                                                                       reseed, expected):
+    """With reseed_noise (r2s2r evaluate --reseed-noise) the harness's seed draws the cell's
+    sensor noise, and the capture sweep's world shares it; without, the spec's seed alone
+    (every committed result before stop 52)."""
+    from real2sim2real_ros.core import world as world_module
+    from real2sim2real_ros.core.evaluation.harness import evaluate_cell
+    real_make_world = world_module.make_world
+    seen = []
+
+    def recording_make_world(spec, robot_urdf=None, **kwargs):
+        seen.append(kwargs.get('noise_seed', 'missing'))
+        w = real_make_world(spec, robot_urdf, **kwargs)
+        if len(seen) == 2:          # the cell, then its capture sweep: enough
+            w.close()
+            raise _Stop
+        return w
+    monkeypatch.setattr(world_module, 'make_world', recording_make_world)
+    spec = draw_cells(1, seed=2)[0]
+    with pytest.raises(_Stop):
+        evaluate_cell(spec, HarnessConfig(seed=7, reseed_noise=reseed, trials=1, train=TINY),
+                      tmp_path / 'out')
+    assert seen == [expected, expected]

@@ -145,6 +145,27 @@ def test_joint_states_carry_noise_and_latency(box_world):
     assert w.controller_state()['reference_positions'][0] == pytest.approx(target[0])
 
 
+def test_a_run_noise_seed_redraws_the_drake_cells_sensor_noise():
+    """As on the MuJoCo cell (world.sensor_noise_streams): the spec's seed alone repeats the
+    noise, a run's noise_seed draws other noise."""
+    spec = load_cell_spec(_data(cameras=[], objects=DRAKE['objects'][:1]))
+
+    def draws(noise_seed):
+        w = make_world(spec, noise_seed=noise_seed)
+        try:
+            assert w.noise_seed == noise_seed
+            out = []
+            for _ in range(10):
+                w.step_for(w.timestep)
+                out.append(w.joint_positions() - w.true_joint_positions())
+            return np.array(out)
+        finally:
+            w.close()
+    base = draws(None)
+    np.testing.assert_array_equal(base, draws(None))
+    assert np.abs(draws(4) - base).max() > 1e-6
+
+
 def test_depth_renders_with_the_spec_intrinsics():
     """The box's top centre, projected with the spec's intrinsics and pose, reads its camera
     depth (clean, +-3 mm); the clean depth equals the MuJoCo cell's pixel by pixel (median

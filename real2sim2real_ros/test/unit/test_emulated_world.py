@@ -149,6 +149,37 @@ def test_joint_state_noise_matches_spec(world):
     np.testing.assert_array_equal(world.joint_positions(), world.joint_positions())
 
 
+def _noise_draws(noise_seed, steps=20):
+    data = copy.deepcopy(DEFAULT)
+    data['cameras'] = []
+    w = EmulatedWorld(load_cell_spec(data), noise_seed=noise_seed)
+    try:
+        draws = []
+        for _ in range(steps):
+            w.step_for(w.timestep)
+            draws.append(w.joint_positions() - w.true_joint_positions())
+        return np.array(draws)
+    finally:
+        w.close()
+
+
+def test_a_run_noise_seed_redraws_the_sensor_noise_only():
+    """The spec's seed alone repeats a run's noise to the bit (every committed result); a
+    run's noise_seed draws other noise of the same size, and the same noise_seed repeats."""
+    spec_only = _noise_draws(None)
+    np.testing.assert_array_equal(spec_only, _noise_draws(None))
+    run_2 = _noise_draws(2)
+    np.testing.assert_array_equal(run_2, _noise_draws(2))
+    assert np.abs(run_2 - spec_only).max() > 1e-6
+    assert not np.allclose(run_2, _noise_draws(3))
+    # Same size of noise whichever stream draws it.
+    assert np.std(run_2) == pytest.approx(np.std(spec_only), rel=0.35)
+    with pytest.raises(ValueError, match='noise_seed'):
+        _noise_draws(-1, steps=0)
+    with pytest.raises(ValueError, match='noise_seed'):
+        _noise_draws(1.5, steps=0)
+
+
 def test_latency_and_timestep_come_from_the_spec():
     data = copy.deepcopy(DEFAULT)
     data['robot']['command_latency'] = 0.0

@@ -73,6 +73,10 @@ class HarnessConfig:
     strict_truth: bool = True        # a truth read outside scoring / emulation fails the cell
     compare_truth_observation: bool = False   # also each policy on the cell seeing the truth
     nthread: int = 0                 # fit threads per cell; 0 = the cores a cell has (run())
+    # The seed also draws the cell's sensor noise (joint states, depth frames), so two seeds
+    # are two runs of each cell, identification included. False: the noise streams come from
+    # the cell spec's seed alone (every run before stop 52): seeds vary training and episodes.
+    reseed_noise: bool = False
 
     def __post_init__(self):
         if self.observation not in OBSERVATIONS:
@@ -112,7 +116,8 @@ def reconstruct_cell(world, cfg: HarnessConfig, out_dir: Path, robot=None) -> di
     with world.truth.emulation('capture sweep cameras'):
         ring = ring_cameras(world.spec, cfg.capture_views)
     # The same cell seen from the capture sweep (its truth behind the same door).
-    sweep = make_world(ring, cfg.robot_urdf, truth=world.truth)
+    sweep = make_world(ring, cfg.robot_urdf, truth=world.truth,
+                       noise_seed=getattr(world, 'noise_seed', None))
     try:
         with world.truth.emulation('calibrated sweep camera poses'):
             views, mask = capture_views(sweep, ring, robot=robot)
@@ -221,7 +226,8 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     door = TruthDoor(strict=cfg.strict_truth)
     for reader, reason in DECLARED_TRUTH_READERS.items():
         door.declare(reader, reason)
-    world = make_world(spec, cfg.robot_urdf, truth=door)
+    world = make_world(spec, cfg.robot_urdf, truth=door,
+                       noise_seed=cfg.seed if cfg.reseed_noise else None)
     with door.scoring():
         truth = world.hidden_truth(list(world.joint_names))
 
@@ -395,7 +401,8 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
               'command_latency': truth['global/command_latency'],
               'joint_damping': [truth[f'joint/{j}/damping'] for j in world.joint_names]}
     return {'name': spec.name, 'spec_path': spec.source_path, 'hidden': hidden,
-            'seed': cfg.seed, 'completed': True, 'reason': None,
+            'seed': cfg.seed, 'noise_seed': getattr(world, 'noise_seed', None), 'completed': True,
+            'reason': None,
             'task_config': _plain(task.config()), 'goals': goals['record'],
             'episode_frame_yaw': frame_yaw,
             'reconstruction': {k: v for k, v in recon.items() if not k.startswith('_')},
