@@ -230,6 +230,14 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     # Identification: 5 probe executions; the object's friction is scored against the truth.
     ident = c['identification']
     assert ident['probes'] == 5 and ident['strikes'] == 3
+    # One planned strike of the box per strike probe; the fitted ones with their free slides.
+    plan = ident['strike_plan']
+    assert [p['probe'] for p in plan] == ['strike_0', 'strike_1', 'strike_2']
+    assert all(0.1 < p['speed'] < 2.0 and p['push_length'] > 0 for p in plan)
+    fitted = ident['object_fit_slides']
+    assert len(fitted['speeds_m_s']) == len(fitted['slides_m']) == 3
+    assert sorted(fitted['speeds_m_s']) == pytest.approx(sorted(p['speed'] for p in plan),
+                                                         abs=1e-4)
     fr = next(r for r in ident['parameters'] if r['name'].endswith('box_0/friction'))
     assert fr['truth'] == truth_mu
     assert fr['relative_error'] == pytest.approx(abs(fr['estimate'] - truth_mu) / truth_mu)

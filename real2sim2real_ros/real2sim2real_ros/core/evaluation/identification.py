@@ -306,6 +306,13 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
               'arm_fit_spikes': len(fit.diagnostics.get('spikes') or []),
               'arm_probe_plan': probe_plan,
               'object_frame_yaw': frame_yaw, 'strikes': len(strike_recs),
+              # What each strike probe did to the task's object (its plan) and, for the
+              # fitted ones, the free slide the tracker saw (m past the push).
+              'strike_plan': [{'probe': r.name, **{k: s.to_dict()[k] for k in (
+                  'speed', 'heading', 'push_length', 'gentle')}}
+                  for r in strike_recs for s in r.strikes if s.object_id == found.id],
+              'object_fit_slides': {k: ofit.per_object.get(found.id, {}).get(k) for k in (
+                  'speeds_m_s', 'slides_m')},
               'object_heldout_error_before': ofit.heldout_error_before,
               'object_heldout_error_after': ofit.heldout_error_after,
               'object_heldout_error_true_parameters': ofit.heldout_error_reference,

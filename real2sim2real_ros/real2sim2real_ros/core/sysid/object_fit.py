@@ -922,6 +922,7 @@ def identify_objects(twin: Twin, specs: list[ParameterSpec], recordings: list[St
             ra.append(score([fitted[name]])[:, 0])
             n_rollouts += score.n_rollouts
         per_object[oid] = {'strikes': len(osegs), 'slides_m': [round(s.slide, 4) for s in osegs],
+                           'speeds_m_s': [round(float(s.info.speed), 4) for s in osegs],
                            **{k: v if isinstance(v, str) else float(v) for k, v in info.items()}}
     if len(unstruck) == len(by_object):
         raise ObjectDataError('no usable strike for any declared object: ' + (
