@@ -16,14 +16,14 @@ import argparse
 import json
 from pathlib import Path
 
-from real2sim2real_ros.core.artifacts import atomic_write_text
+from real2sim2real_ros.core.artifacts import atomic_write_json
 from real2sim2real_ros.core.evaluation.harness import POLICIES, summarize
 
 
 def combine(paths: list[Path]) -> dict:
     """{'combined_from', 'schema', 'task', 'trials', 'config', 'cells', 'summary',
-    'failed_as_zero'}: the
-    cells of ``paths`` by name, in the order first seen, later files winning."""
+    'failed_as_zero'}: the cells of ``paths`` by name, in the order first seen, later files
+    winning."""
     cells: dict[str, dict] = {}
     first = None
     for p in paths:
@@ -66,7 +66,7 @@ def main():
         'object_heldout_criterion_cells']
     print(json.dumps({k: s.get(k) for k in keys}))
     print('failed cells as 0:', json.dumps(out['failed_as_zero']))
-    atomic_write_text(args.out, json.dumps(out, indent=1))
+    atomic_write_json(args.out, out)
 
 
 if __name__ == '__main__':

@@ -308,9 +308,11 @@ def identify_cell(world, robot, cfg, found, table_height: float, out_dir,
               'object_frame_yaw': frame_yaw, 'strikes': len(strike_recs),
               # What each strike probe did to the task's object (its plan) and, for the
               # fitted ones, the free slide the tracker saw (m past the push).
-              'strike_plan': [{'probe': r.name, **{k: s.to_dict()[k] for k in (
-                  'speed', 'heading', 'push_length', 'gentle')}}
-                  for r in strike_recs for s in r.strikes if s.object_id == found.id],
+              'strike_plan': [{'probe': r.name, 'speed': float(s.speed),
+                               'heading': float(s.heading),
+                               'push_length': float(s.push_length), 'gentle': bool(s.gentle)}
+                              for r in strike_recs for s in r.strikes
+                              if s.object_id == found.id],
               'object_fit_slides': {k: ofit.per_object.get(found.id, {}).get(k) for k in (
                   'speeds_m_s', 'slides_m')},
               'object_heldout_error_before': ofit.heldout_error_before,

@@ -186,7 +186,7 @@ def _local_table_offset(cluster: np.ndarray, table_pts: np.ndarray, ring: float 
 
 
 def _on_local_table(pts: np.ndarray, clusters: list[np.ndarray], table_pts: np.ndarray,
-                    cfg: ReconstructionConfig) -> list[np.ndarray]:
+                    cfg: ReconstructionConfig) -> list[tuple[np.ndarray, float]]:
     """The clusters cut at ``min_object_height`` above the fused table around each, not the
     global plane. Where the table lies above that plane (calibration error, a plane fitted to
     noisy views), its surface passes the global cut and joins the nearest object as a skirt:
@@ -195,16 +195,18 @@ def _on_local_table(pts: np.ndarray, clusters: list[np.ndarray], table_pts: np.n
     failed the cell as OBJECTS_TOUCHING. What is left is split into its parts connected
     within ``cluster_eps`` (a skirt can join two objects; connectivity, not density, so a
     cluster that lost a few points keeps its sparse ones); a part under
-    ``cluster_min_points`` or ``min_object_size`` (a cluster that was all skirt) is gone."""
+    ``cluster_min_points`` or ``min_object_size`` (a cluster that was all skirt) is gone.
+    Returns (cluster, its local table offset) pairs: a split part's offset is its own."""
     out = []
     for idx in clusters:
         offset = _local_table_offset(pts[idx], table_pts)
         above = idx[pts[idx, 2] > offset + cfg.min_object_height]
         if above.size == idx.size:
-            out.append(idx)
+            out.append((idx, offset))
         elif above.size:
-            out += [above[p] for p in cluster_objects(pts[above], cfg.cluster_eps, 1,
-                                                      cfg.min_object_size)
+            out += [(above[p], _local_table_offset(pts[above[p]], table_pts))
+                    for p in cluster_objects(pts[above], cfg.cluster_eps, 1,
+                                             cfg.min_object_size)
                     if p.size >= cfg.cluster_min_points]
     return out
 
@@ -301,11 +303,12 @@ def reconstruct(views: list[CaptureView], config: ReconstructionConfig | None = 
     centre = table.outline.mean(axis=0)
     frame = TableFrame.from_plane(table, centre)
     pts, normals, table_pts = _object_points(cloud, frame, table, cfg)
-    clusters = _on_local_table(pts, cluster_objects(pts, cfg.cluster_eps, cfg.cluster_min_points,
-                                                    cfg.min_object_size), table_pts, cfg)
-    clusters = [c for c in clusters
+    on_table = [(c, offset) for c, offset in _on_local_table(
+                    pts, cluster_objects(pts, cfg.cluster_eps, cfg.cluster_min_points,
+                                         cfg.min_object_size), table_pts, cfg)
                 if np.percentile(pts[c, 2], 99) >= cfg.min_object_top
                 and footprint_thickness(pts[c, :2]) >= cfg.min_object_thickness]
+    clusters = [c for c, _ in on_table]
     if not clusters:
         raise ReconstructionError(ErrorCode.EMPTY_TABLE,
                                   f'no object on the table ({len(pts)} points above the plane, '
@@ -319,10 +322,8 @@ def reconstruct(views: list[CaptureView], config: ReconstructionConfig | None = 
         raise ReconstructionError(ErrorCode.OBJECT_OUT_OF_VIEW,
                                   f'{len(cut)} object(s) cut by the image border in every view '
                                   f'that sees them: {where}; add a view that sees them whole')
-    fits, offsets = [], []
-    for k, idx in enumerate(clusters):
-        offset = _local_table_offset(pts[idx], table_pts)
-        offsets.append(offset)
+    fits, offsets = [], [offset for _, offset in on_table]
+    for k, (idx, offset) in enumerate(on_table):
         fit = fit_object(pts[idx] - [0.0, 0.0, offset],
                          None if normals is None else normals[idx])
         fit.center[2] += offset
