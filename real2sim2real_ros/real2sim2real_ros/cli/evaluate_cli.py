@@ -50,6 +50,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    'frames), so seeds are whole runs of a cell, identification included; '
                    'default: the noise comes from the cell spec\'s seed, as in every '
                    'committed result before stop 52')
+    p.add_argument('--refine-trials', type=int, default=0, metavar='N',
+                   help='the loop\'s second pass: N more cell episodes of the identified_dr '
+                   'policy (tracked start and rest), the twin\'s object friction and damping '
+                   'refitted to them, and a refined_dr policy trained and scored '
+                   '(core/evaluation/deployment_refit.py; needs --observation tracker); '
+                   'default 0: off')
     p.add_argument('--draw-seed', type=int, default=None, metavar='SEED',
                    help='seed the --draw-cells are drawn with (default: the first --seed)')
     p.add_argument('--robot', default=None, metavar='URDF',
@@ -119,6 +125,10 @@ def cmd_evaluate(args) -> int:
     if args.trials < 1 or args.jobs < 1 or args.draw_cells < 0:
         print('r2s2r evaluate: --trials and --jobs must be >= 1', file=sys.stderr)
         return EXIT_USAGE
+    if args.refine_trials < 0 or (args.refine_trials and args.observation != 'tracker'):
+        print(f'r2s2r evaluate: --refine-trials {args.refine_trials}: >= 0, and only with '
+              '--observation tracker (the refit reads tracked rest poses)', file=sys.stderr)
+        return EXIT_USAGE
     if not 0.0 <= args.drake_share <= 1.0:
         print(f'r2s2r evaluate: --drake-share must be within [0, 1], got {args.drake_share}',
               file=sys.stderr)
@@ -169,6 +179,7 @@ def cmd_evaluate(args) -> int:
                         strict_truth=args.observation == 'tracker',
                         compare_truth_observation=args.compare_truth_observation,
                         reseed_noise=args.reseed_noise,
+                        refine_trials=args.refine_trials,
                         robot_urdf=str(Path(args.robot).resolve()) if args.robot else None,
                         identification_config=ident_conf,
                         train=_merge(QUICK_TRAIN if args.quick else {},

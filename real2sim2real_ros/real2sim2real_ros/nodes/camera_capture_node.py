@@ -70,7 +70,8 @@ PARAMETERS = (
     Param('extrinsics_file', '', 'calibration YAML; empty = <cam>/extrinsics topic',
           read_only=True),
     Param('run_dir', '/tmp/r2s2r_runs', 'run directory for capture sets'),
-    Param('timeout', 10.0, "s to wait for each view's frames", lo=0.1, hi=600.0),
+    Param('timeout', 10.0, "s to wait for each view's frames (before a camera's first view, "
+          'also for its topics to match a publisher)', lo=0.1, hi=600.0),
     Param('sync_tolerance', 0.005, 'max s between colour and depth stamps of one frame',
           lo=0.0, hi=1.0, read_only=True),
     Param('color_topic', 'color/image_raw', 'relative to <cam>', read_only=True),
@@ -127,6 +128,7 @@ class _CameraStream:
         self.frames: deque[_Frame] = deque(maxlen=keep_frames)
         self.info: CameraInfo | None = None
         self.poses: deque = deque(maxlen=200)     # (stamp_ns, 4x4)
+        self.subscriptions: list = []             # colour, depth, info while a goal runs
         self.cond = threading.Condition()
 
     def on_color(self, msg: Image):
@@ -251,11 +253,13 @@ class CameraCaptureNode(Node):
             with s.cond:
                 s.colors.clear()
                 s.depths.clear()
-            for msg_type, topic, callback in ((Image, self.p.color_topic, s.on_color),
-                                              (Image, self.p.depth_topic, s.on_depth),
-                                              (CameraInfo, self.p.info_topic, s.on_info)):
+            s.subscriptions = [
                 stack.enter_context(subscribed(self, msg_type, f'{s.namespace}/{topic}',
                                                callback, self._image_qos, self._state_group))
+                for msg_type, topic, callback in ((Image, self.p.color_topic, s.on_color),
+                                                  (Image, self.p.depth_topic, s.on_depth),
+                                                  (CameraInfo, self.p.info_topic, s.on_info))]
+            stack.callback(s.subscriptions.clear)
 
     # ------------------------------------------------------------------ robot (hand-eye)
     def _on_joint_state(self, msg: JointState):
@@ -399,6 +403,8 @@ class CameraCaptureNode(Node):
                      last_stamp: int | None) -> list[_Frame]:
         n = self.p.frames_per_view
         gap = int(self.p.view_interval * 1e9)
+        if last_stamp is None:
+            self._wait_matched(goal_handle, stream)
         deadline = time.monotonic() + self.p.timeout
         while True:
             with stream.cond:
@@ -421,6 +427,24 @@ class CameraCaptureNode(Node):
             f'{stream.label}: {len(fresh)}/{n} synchronised colour+depth frames within '
             f'{p.timeout:.1f} s on {base}/{p.color_topic} and {base}/{p.depth_topic} '
             f'(stamps within {p.sync_tolerance} s)'))
+
+    def _wait_matched(self, goal_handle, stream: _CameraStream):
+        """A goal's subscriptions are new: before a camera's first view, wait (up to
+        ``timeout``) until each has matched a publisher, so that discovery under load does
+        not eat the view's own ``timeout``. A topic nobody publishes is NO_FRAMES, named."""
+        deadline = time.monotonic() + self.p.timeout
+        while True:
+            missing = [sub.topic_name for sub in stream.subscriptions
+                       if sub.get_publisher_count() == 0]
+            if not missing:
+                return
+            if goal_handle.is_cancel_requested:
+                raise _CaptureFailed(Code.CANCELED, 'canceled')
+            if time.monotonic() >= deadline or not self.context.ok():
+                raise _CaptureFailed(Code.NO_FRAMES, (
+                    f'{stream.label}: no publisher on {", ".join(missing)} within '
+                    f'{self.p.timeout:.1f} s (is the camera driver running?)'))
+            time.sleep(0.02)
 
     def _wait_info_and_pose(self, goal_handle, stream: _CameraStream):
         """Topics are not ordered across readers: a frame can complete before its CameraInfo

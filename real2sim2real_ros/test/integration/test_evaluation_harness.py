@@ -216,7 +216,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
 def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     """Tiny budgets: this checks the plumbing and the scores' consistency, not the figures."""
     spec = draw_cells(1, seed=11)[0]
-    cfg = HarnessConfig(trials=3, train=TINY, arm_probe_duration=3.0)
+    cfg = HarnessConfig(trials=3, train=TINY, arm_probe_duration=3.0, refine_trials=2)
     report = run([spec], cfg, tmp_path / 'out', jobs=1, json_path=tmp_path / 'r.json')
     saved = json.loads((tmp_path / 'r.json').read_text())
     assert saved['schema'] == SCHEMA and saved['summary']['cells_failed'] == 0, \
@@ -286,11 +286,35 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     obs = c['observation']
     assert obs['source'] == 'tracker' and saved['summary']['observation_sources'] == {
         spec.name: 'tracker'}
-    assert obs['frames'] == 3 * 3 * len(POLICIES) and obs['rate_hz'] == 5.0
-    # Scoring read the object poses 9 times for the 9 episodes' outcomes and twice per strike
-    # (3) for the tracker's displacement error.
+    # 3 start frames per episode: 3 policies x 3 trials, refined_dr's 3 trials, and the 2
+    # deployments' starts and rests.
+    assert obs['frames'] == 3 * 3 * (len(POLICIES) + 1) + 2 * 2 * 3 and obs['rate_hz'] == 5.0
+    # Scoring read the object poses once per episode (12 evaluated, 2 deployed: a task's
+    # episode scores itself; the deployment keeps no score) and twice per strike (3) for the
+    # tracker's displacement error.
     reads = c['truth_reads']
-    assert reads['leaks'] == [] and reads['allowed']['scoring']['object_poses'] == 9 + 2 * 3
+    assert reads['leaks'] == [] and \
+        reads['allowed']['scoring']['object_poses'] == 12 + 2 + 2 * 3
+    # The deployment refit: identified_dr's 2 deployments as the tracker saw them, the twin
+    # refitted (its RMS over them no worse than before), refined_dr scored everywhere, and
+    # every policy scored in the refitted twin on the same 3 episodes.
+    refit = c['refit']
+    assert refit['trials'] == 2 and 1 <= len(refit['deployments']) <= 2
+    assert refit['rms_after_m'] <= refit['rms_before_m']
+    assert set(refit['values']) == {f'geom/{fr["name"].split("/")[1]}/friction',
+                                    *(f'body/{fr["name"].split("/")[1]}/{k}_damping'
+                                      for k in ('linear', 'angular'))}
+    assert all(len(d['start_xy']) == 2 and len(d['action']) == 2
+               for d in refit['deployments'])
+    assert c['policies']['refined_dr']['cell']['trials'] == 3
+    assert all(c['policies'][n]['twin_refined']['trials'] == 3
+               for n in (*POLICIES, 'refined_dr'))
+    assert c['policies']['refined_dr']['twin_own'] == c['policies']['refined_dr']['twin_refined']
+    summary = saved['summary']
+    assert summary['cell_success_refined_dr'] == \
+        c['policies']['refined_dr']['cell']['success_rate']
+    assert set(summary['twin_prediction_error_points_refined_twin_by_policy']) == \
+        {*POLICIES, 'refined_dr'}
     assert len(ident['tracker_displacement_error']) == 3
     assert all(0 <= e < 0.01 for e in ident['tracker_displacement_error'])
     assert reads['declared'] == []

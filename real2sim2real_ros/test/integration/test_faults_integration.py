@@ -93,6 +93,30 @@ def _kill(cell):
     return time.monotonic()
 
 
+def test_capture_without_a_camera_driver_names_the_unpublished_topics(graph):
+    """No cell runs yet (this module's first test): a capture ends NO_FRAMES naming every
+    camera topic nobody publishes, after camera_capture's timeout for the topics to match,
+    and writes nothing. Before stop 53 the same goal waited out the view's timeout and
+    reported 0/1 synchronised frames, as if a driver ran and its frames were out of sync."""
+    _start_cell, _executor, capture, cmd, tmp = graph
+    _set(cmd, 'camera_capture', timeout=1.0)
+    run_dir = tmp / 'no_driver_runs'
+    t0 = time.monotonic()
+    result = cmd.run_action(Capture, 'camera_capture/capture',
+                            Capture.Goal(num_views=1, run_dir=str(run_dir)), timeout=60)
+    took = time.monotonic() - t0
+    print(f'no driver: code {result.error_code} after {took:.2f} s: {result.error_msg}')
+    assert result.error_code == CaptureResult.NO_FRAMES, result.error_msg
+    assert result.error_msg.startswith('camera: no publisher on ')
+    assert result.error_msg.count('/camera/') == 3, result.error_msg  # colour, depth, info
+    assert '/camera/color/image_raw' in result.error_msg, result.error_msg
+    assert 'within 1.0 s' in result.error_msg
+    # 2 s for the joint_states discovery wait (nothing publishes them either) + 1 s.
+    assert 3.0 <= took < 3.0 + 10.0, took
+    assert not list(run_dir.glob('capture_*/manifest.json'))
+    assert capture.alive('camera_capture')
+
+
 def test_camera_topics_stop_mid_capture_is_a_camera_timeout(graph):
     """Views 1.0 s apart; the cell (the camera driver) dies after the first: NO_FRAMES naming
     the camera and its topics after camera_capture's timeout; no capture set is written."""

@@ -23,7 +23,12 @@ reader, listed in the cell's ``truth_reads``) fails the cell with TruthLeak. Per
    policy observes what the live graph gives (``observation='tracker'``: the object_tracker
    core on the cell's rendered noisy depth at the node's rate and a latency, the start pose
    as tracked; evaluation/observation.py); only the score reads the true pose. The cell's
-   record names its observation source and what the tracking cost per trial.
+   record names its observation source and what the tracking cost per trial;
+5. with ``refine_trials`` (off by default), the loop's second pass
+   (evaluation/deployment_refit.py): identified_dr deployed on the cell for that many more
+   episodes (their own seed), the twin's object friction and damping refitted to the tracked
+   rests, a 'refined_dr' policy trained in that twin with randomisation and evaluated as the
+   others; every policy is also scored in the refitted twin (``twin_refined``).
 
 It runs the ROS-free cores the nodes run, in-process, so a 5-cell evaluation takes minutes;
 ``make demo`` runs the same stages through the ROS graph.
@@ -47,6 +52,8 @@ OBSERVATIONS = ('tracker', 'truth')
 # gains come from the cell's controller configuration (core/controller_config.py), as a lab's.
 DECLARED_TRUTH_READERS: dict[str, str] = {}
 CLOSED_LOOP_SELECT_TRIALS = 30
+REFIT_FRICTION_BOUNDS = (0.1, 1.5)   # the deployment refit's friction grid (a box on wood ..
+#                                      rubber); the identification's own bounds reach 1.5
 
 
 @dataclass
@@ -77,11 +84,19 @@ class HarnessConfig:
     # are two runs of each cell, identification included. False: the noise streams come from
     # the cell spec's seed alone (every run before stop 52): seeds vary training and episodes.
     reseed_noise: bool = False
+    # The loop's second pass (evaluation/deployment_refit.py): the identified_dr policy runs
+    # this many more episodes on the cell (tracked start and rest only, episodes apart from
+    # the evaluation's); the twin's object friction and damping are refitted to them and a
+    # 'refined_dr' policy trains and is evaluated as the others. 0: off.
+    refine_trials: int = 0
 
     def __post_init__(self):
         if self.observation not in OBSERVATIONS:
             raise ValueError(f'observation must be one of {OBSERVATIONS}, got '
                              f'{self.observation!r}')
+        if self.refine_trials < 0 or (self.refine_trials and self.observation != 'tracker'):
+            raise ValueError(f'refine_trials {self.refine_trials}: >= 0, and only with the '
+                             "tracker as the observation (the refit reads tracked rest poses)")
 
     def train_config(self, seed: int, closed_loop: bool = False):
         """The policies pipeline's TrainConfig for ``seed`` from this config's
@@ -343,6 +358,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     cell = CellWorld(world, cfg.object_id, observer, stream=not one_shot, frame_yaw=frame_yaw,
                      others=others)
     policies: dict[str, dict] = {}
+    functions: dict = {}
     for name in POLICIES:
         t = time.perf_counter()
         say(spec.name, f'train {name}')
@@ -362,7 +378,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
         train_s = time.perf_counter() - t
         t = time.perf_counter()
         say(spec.name, f'evaluate {name}')
-        fn = res.policy.as_function()
+        fn = functions[name] = res.policy.as_function()
         eval_seed = cfg.seed + 5000
         cost0 = dict(observer.cost) if observer is not None else None
         t_cell = time.perf_counter()
@@ -390,6 +406,16 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
             policies[name]['cell_truth_observed'] = truth_seen
         seconds[f'train_{name}'] = train_s
         seconds[f'evaluate_{name}'] = policies[name]['evaluate_s']
+    refit_record = None
+    if cfg.refine_trials:
+        t = time.perf_counter()
+        say(spec.name, 'refine')
+        twin_r, refit_record = _refine(cfg, robot, recon, found, ident, used, ps, task,
+                                       cell, twins['identified'], functions, task_over,
+                                       goals['expert_overrides'], out_dir, spec.name,
+                                       observer, policies)
+        twin_r.close()
+        seconds['refine'] = time.perf_counter() - t
     world.close()
     observation = {'source': cell.observation_source}
     if observer is not None:
@@ -412,7 +438,72 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                                **{k: v for k, v in ident.items()
                                   if k not in ('parameters', 'start_values')}},
             'policies': policies, 'stage_seconds': seconds, 'observation': observation,
+            **({'refit': refit_record} if refit_record is not None else {}),
             'truth_reads': door.report()}
+
+
+def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, functions,
+            task_over, expert_overrides, out_dir, cell_name, observer, policies):
+    """Deploy identified_dr on the cell, refit the twin's object contact to what the
+    tracker saw, train 'refined_dr' in the refitted twin with randomisation and evaluate it
+    (and every policy in the refitted twin). Adds policies['refined_dr']; returns (the
+    refitted twin, the refit record)."""
+    from ..parameters import ParameterEstimate, ParameterSet
+    from ..policies.evaluate import evaluate
+    from ..policies.stage import train_stage
+    from ..sysid.object_fit import object_parameter_names
+    from ..tasks.worlds import TwinWorld
+    from .deployment_refit import deploy, refit
+    friction_name, mass_name = object_parameter_names(found.id)
+    t = time.perf_counter()
+    cost0 = dict(observer.cost) if observer is not None else None
+    deps = deploy(task, cell, functions['identified_dr'], cfg.refine_trials, cfg.seed + 7000)
+    deploy_s = time.perf_counter() - t
+    mass = float(used.get(mass_name, twin_i.get_parameter(mass_name)))
+    rr = refit(task, twin_i, deps, found.id, mass, REFIT_FRICTION_BOUNDS)
+    fitted = rr.values[friction_name]
+    over = dict(expert_overrides)
+    if 'demo_friction' in over:
+        over['demo_friction'] = float(fitted)
+    task_r, twin_r, inputs_r = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
+                                             ident['start_values'], {**used, **rr.values},
+                                             {**task_over, **over})
+    ps_r = ParameterSet()
+    for est in ps:
+        if est.name == friction_name:
+            lo, hi = rr.friction_interval
+            est = ParameterEstimate(est.name, fitted, min(lo, fitted), max(hi, fitted),
+                                    est.prior, est.unit, True)
+        ps_r.add(est)
+    t = time.perf_counter()
+    tcfg = cfg.train_config(cfg.seed, closed_loop=not getattr(task, 'one_shot', False))
+    tcfg.randomization_min_relative = cfg.randomization_min_relative
+    trained = train_stage(task_r, twin_r, inputs_r, out_dir / 'checkpoints' / 'refined_dr',
+                          tcfg, parameters=ps_r, randomize=True,
+                          inputs={'policy': 'refined_dr', 'cell': cell_name})
+    train_s = time.perf_counter() - t
+    t = time.perf_counter()
+    fn = functions['refined_dr'] = trained.result.policy.as_function()
+    eval_seed = cfg.seed + 5000
+    on_cell = evaluate(task, cell, fn, cfg.trials, eval_seed)
+    cell_s = time.perf_counter() - t
+    refined_world = TwinWorld(twin_r, found.id)
+    for name, f in functions.items():
+        row = _eval_row(evaluate(task, refined_world, f, cfg.trials, eval_seed))
+        if name == 'refined_dr':
+            policies[name] = {
+                'cell': _eval_row(on_cell), 'twin_own': row,
+                'twin_identified': _eval_row(evaluate(task, TwinWorld(twin_i, found.id), fn,
+                                                      cfg.trials, eval_seed)),
+                'checkpoint': str(trained.result.checkpoint), 'train_s': train_s,
+                'evaluate_s': time.perf_counter() - t, 'cell_evaluate_s': cell_s}
+        policies[name]['twin_refined'] = row
+    record = {**rr.to_dict(), 'trials': cfg.refine_trials, 'seed': cfg.seed + 7000,
+              'policy': 'identified_dr', 'friction_bounds': list(REFIT_FRICTION_BOUNDS),
+              'deploy_s': deploy_s,
+              'deploy_observation_cost': _cost_delta(cost0, observer, cfg.refine_trials),
+              'deployments': [d.to_dict() for d in deps]}
+    return twin_r, record
 
 
 def _identify_grip(world, robot, cfg, task, twin, found, recon, frame_yaw, truth, ps, used,
@@ -524,6 +615,7 @@ def summarize(cells: list[dict]) -> dict:
         out['cell_success_identified_dr'] - out['cell_success_nominal'])
     out['observation_sources'] = {c['name']: c.get('observation', {}).get('source', 'truth')
                                   for c in ok}
+    out.update(_refined_summary(ok))
     pairs = [(c['policies'][n]['twin_identified']['success_rate'],
               c['policies'][n]['cell']['success_rate']) for c in ok for n in POLICIES]
     own = [(c['policies'][n]['twin_own']['success_rate'],
@@ -610,6 +702,31 @@ def summarize(cells: list[dict]) -> dict:
         out['object_heldout_folds_criterion_passed'] = sum(r['pass'] for r in folds)
         out['object_heldout_folds_criterion_passed_true_floor'] = sum(
             r['pass_true_floor'] for r in folds)
+    return out
+
+
+def _refined_summary(ok: list[dict]) -> dict:
+    """The deployment refit's figures (HarnessConfig.refine_trials), when every completed
+    cell has them: refined_dr's cell success and gain, and the refitted twin's prediction
+    error over all four policies beside the identified twin's over the same four."""
+    if not ok or not all('refined_dr' in c['policies'] for c in ok):
+        return {}
+    names = (*POLICIES, 'refined_dr')
+    out = {'cell_success_refined_dr': float(np.mean(
+        [c['policies']['refined_dr']['cell']['success_rate'] for c in ok]))}
+    out['gain_points_refined_dr_vs_nominal'] = 100 * (
+        out['cell_success_refined_dr'] - float(np.mean(
+            [c['policies']['nominal']['cell']['success_rate'] for c in ok])))
+    for twin in ('refined', 'identified'):
+        err = {n: [100 * abs(c['policies'][n][f'twin_{twin}']['success_rate']
+                             - c['policies'][n]['cell']['success_rate']) for c in ok]
+               for n in names}
+        out[f'twin_prediction_error_mean_points_{twin}_twin_4_policies'] = float(
+            np.mean([e for v in err.values() for e in v]))
+        out[f'twin_prediction_error_points_{twin}_twin_by_policy'] = {
+            n: float(np.mean(v)) for n, v in err.items()}
+    out['refit_rms_m'] = {c['name']: [c['refit']['rms_before_m'], c['refit']['rms_after_m']]
+                          for c in ok if 'refit' in c}
     return out
 
 

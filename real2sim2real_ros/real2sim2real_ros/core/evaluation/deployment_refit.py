@@ -1,0 +1,189 @@
+"""Refit the twin's object contact from a policy's own deployments on the cell (ROS-free).
+
+The loop's second pass. Identification strikes the object with probes; a policy then uses
+the object at other speeds, where a real contact (a Drake cell's compliant one) and the
+twin's can part (docs/model_gap.md). Deploying the trained policy on the cell gives strikes
+exactly where the task lives. :func:`deploy` runs ``trials`` episodes of a policy on a cell
+backend (tasks/worlds.CellWorld with a tracker) and keeps what the live graph would: the
+object's tracked start pose, the action sent, the tracked rest pose after the episode (None:
+the tracker does not see it upright, e.g. it tipped over). The task scores each episode as
+in any evaluation (a scoring read of the true pose); the deployment does not keep it.
+
+:func:`refit` then searches the twin's object parameters -- the friction, and the linear and
+angular damping of the object's free joint (a loss that grows with speed) -- on a grid, for
+the twin whose predicted rest positions of those deployments (``task.twin_outcomes``: the
+same plan from the same tracked start) match the tracked ones. Per deployment the residual is
+the predicted-to-tracked distance, capped at ``cap`` (a miss by more is a miss), ``cap``
+where one says upright and the other does not, 0 where neither does. The grid: friction
+log-spaced over its bounds, damping ``k x mass`` (1/s) on ``damping_rates``, angular damping
+on ``angular_dampings``; then a finer friction grid around the best cell. Contract:
+deployments hold tracked quantities only; the twin keeps its values on return; a refit with
+no deployment seen at its start raises ValueError.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+__all__ = ['Deployment', 'RefitOptions', 'RefitResult', 'deploy', 'refit']
+
+
+@dataclass
+class Deployment:
+    """One episode of a policy on the cell as the tracker saw it (task's episode frame)."""
+
+    view: object                 # ResetSample with the tracked start (what the policy saw)
+    action: np.ndarray
+    end_xy: np.ndarray | None    # tracked rest position; None: not seen upright
+
+    def to_dict(self) -> dict:
+        """JSON-ready: start, goal, action, tracked end (None when not seen)."""
+        return {'start_xy': [float(v) for v in self.view.object_xy],
+                'start_yaw': float(self.view.object_yaw),
+                'goal_xy': [float(v) for v in self.view.goal_xy],
+                'action': [float(v) for v in self.action],
+                'end_xy': None if self.end_xy is None else [float(v) for v in self.end_xy]}
+
+
+class _Recorder:
+    """A cell backend that also observes the rest pose after each ``execute``."""
+
+    def __init__(self, cell):
+        self._cell = cell
+        self.start = None
+        self.end = None
+
+    def __getattr__(self, name):
+        return getattr(self._cell, name)
+
+    def observe_start(self, object_xyz, object_yaw: float, arrange=None):
+        self.start = self._cell.observe_start(object_xyz, object_yaw, arrange)
+        self.end = None
+        return self.start
+
+    def execute(self, times, positions, velocities=None, duration: float | None = None):
+        self._cell.execute(times, positions, velocities, duration)
+        # The object at rest after the settle time: the tracker's frames, as at a start.
+        self.end = self._cell.observer.begin(self._cell.world)
+
+
+def deploy(task, cell, policy, trials: int, seed: int) -> list[Deployment]:
+    """``trials`` episodes of ``policy`` on ``cell`` (a CellWorld with an observer), resets
+    drawn from ``seed``. Episodes whose start the tracker missed are skipped (the policy
+    did not act)."""
+    from ..tasks.base import check_action
+    if getattr(cell, 'observer', None) is None:
+        raise ValueError('deploy needs a cell with a tracker (observation: tracker): the '
+                         'rest pose after an episode is what the refit reads')
+    if trials < 1:
+        raise ValueError(f'trials must be >= 1, got {trials}')
+    rng = np.random.default_rng(seed)
+    rec = _Recorder(cell)
+    acted: list = []
+
+    def acting(obs):
+        acted.append(check_action(task, policy(obs)))
+        return acted[-1]
+    out = []
+    for _ in range(trials):
+        reset = task.sample_reset(rng)
+        acted.clear()
+        task.run_episode(rec, reset, acting)
+        if rec.start is None or not acted:
+            continue
+        view = replace(reset, object_xy=np.asarray(rec.start[0][:2], float),
+                       object_yaw=float(rec.start[1]))
+        end = None if rec.end is None else np.asarray(rec.end[0][:2], float)
+        out.append(Deployment(view, acted[0], end))
+    return out
+
+
+@dataclass
+class RefitOptions:
+    """Grid and residual settings of :func:`refit`."""
+
+    friction_grid: int = 10               # log-spaced over the friction's bounds
+    damping_rates: tuple = (0.0, 1.0, 2.0, 4.0, 8.0)   # 1/s: linear damping = rate x mass
+    angular_dampings: tuple = (0.0, 0.005)             # N m s/rad
+    refine: int = 7                       # friction values between the best's neighbours
+    cap: float = 0.10                     # m: a residual's most
+    upright_cos: float = 0.9              # the twin's object z axis . world z for upright
+
+
+@dataclass
+class RefitResult:
+    """The refit values (twin parameter names), the RMS residual (m) of the twin before
+    (the values it had) and after, and the grid's costs."""
+
+    values: dict
+    rms_before: float
+    rms_after: float
+    friction_interval: tuple[float, float]   # the refined grid's values within 1.5 x best
+    evaluations: int
+    deployments: int
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return {'values': {k: float(v) for k, v in self.values.items()},
+                'rms_before_m': self.rms_before, 'rms_after_m': self.rms_after,
+                'friction_interval': [float(v) for v in self.friction_interval],
+                'evaluations': self.evaluations, 'deployments': self.deployments}
+
+
+def _residuals(task, twin, deployments, samples: list[dict], opt: RefitOptions) -> np.ndarray:
+    """(len(samples), len(deployments)) capped distances."""
+    r = np.zeros((len(samples), len(deployments)))
+    for j, d in enumerate(deployments):
+        outs = task.twin_outcomes(twin, d.view, d.action, samples)
+        for i, o in enumerate(outs):
+            upright = o['object_up_z'] >= opt.upright_cos and o['object_z'] > -0.5
+            if d.end_xy is None:
+                r[i, j] = 0.0 if not upright else opt.cap
+            elif not upright:
+                r[i, j] = opt.cap
+            else:
+                r[i, j] = min(float(np.linalg.norm(o['object_xy'] - d.end_xy)), opt.cap)
+    return r
+
+
+def _rms(r: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.mean(r ** 2, axis=-1))
+
+
+def refit(task, twin, deployments: list[Deployment], object_id: str, mass: float,
+          friction_bounds: tuple[float, float], options: RefitOptions | None = None,
+          progress=None) -> RefitResult:
+    """The grid search above in ``twin`` (its other values as they are). ``mass``: the
+    object's mass in the twin (kg), which scales the linear damping grid."""
+    opt = options or RefitOptions()
+    if not deployments:
+        raise ValueError('no deployment to refit on (the tracker saw no episode start)')
+    lo, hi = (float(v) for v in friction_bounds)
+    if not 0 < lo < hi:
+        raise ValueError(f'friction bounds {friction_bounds}: 0 < lower < upper expected')
+    fname = f'geom/{object_id}/friction'
+    lname = f'body/{object_id}/linear_damping'
+    aname = f'body/{object_id}/angular_damping'
+    current = twin.get_parameters([fname, lname, aname])
+    before = float(_rms(_residuals(task, twin, deployments, [{}], opt))[0])
+    frictions = np.geomspace(lo, hi, opt.friction_grid)
+    grid = [{fname: f, lname: k * mass, aname: a} for f in frictions
+            for k in opt.damping_rates for a in opt.angular_dampings]
+    costs = _rms(_residuals(task, twin, deployments, grid, opt))
+    n = len(grid)
+    best = grid[int(np.argmin(costs))]
+    i = int(np.argmin(np.abs(frictions - best[fname])))
+    fine = np.geomspace(frictions[max(i - 1, 0)], frictions[min(i + 1, len(frictions) - 1)],
+                        opt.refine)
+    fine_grid = [{**best, fname: f} for f in fine]
+    fine_costs = _rms(_residuals(task, twin, deployments, fine_grid, opt))
+    n += len(fine_grid)
+    k = int(np.argmin(fine_costs))
+    if fine_costs[k] <= costs.min():
+        best = fine_grid[k]
+    after = float(min(fine_costs[k], costs.min()))
+    near = [*fine[fine_costs <= 1.5 * max(after, 1e-4)], best[fname]]
+    interval = (float(min(near)), float(max(near)))
+    twin.set_parameters(current)
+    return RefitResult(dict(best), before, after, interval, n, len(deployments))
