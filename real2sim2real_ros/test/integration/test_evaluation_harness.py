@@ -198,6 +198,11 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     assert bad.returncode == 2 and "unknown task 'juggle'" in bad.stderr
     none = cli('--json', str(tmp_path / 'x.json'))
     assert none.returncode == 2 and '--cell-spec' in none.stderr
+    for refine in (['--refine-trials', '-1'],
+                   ['--refine-trials', '3', '--observation', 'truth']):
+        bad_refine = cli('--draw-cells', '1', *refine, '--json', str(tmp_path / 'x.json'))
+        assert bad_refine.returncode == 2 and bad_refine.stderr.count('\n') == 1, refine
+        assert '--refine-trials' in bad_refine.stderr and 'tracker' in bad_refine.stderr
     spec = tmp_path / 'broken.yaml'
     spec.write_text('name: broken\nobjects: 3\n')
     broken = cli('--cell-spec', str(spec), '--json', str(tmp_path / 'x.json'))
