@@ -465,6 +465,8 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
     over = dict(expert_overrides)
     if 'demo_friction' in over:
         over['demo_friction'] = float(fitted)
+    if hasattr(task.cfg, 'twin_rest_offset'):
+        over['twin_rest_offset'] = [float(v) for v in rr.rest_offset]
     task_r, twin_r, inputs_r = task_and_twin(robot, cfg, recon['mjcf_path'], found.id,
                                              ident['start_values'], {**used, **rr.values},
                                              {**task_over, **over})
@@ -488,8 +490,8 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
     on_cell = evaluate(task, cell, fn, cfg.trials, eval_seed)
     cell_s = time.perf_counter() - t
     refined_world = TwinWorld(twin_r, found.id)
-    for name, f in functions.items():
-        row = _eval_row(evaluate(task, refined_world, f, cfg.trials, eval_seed))
+    for name, f in functions.items():     # task_r: the refitted twin's rest offset too
+        row = _eval_row(evaluate(task_r, refined_world, f, cfg.trials, eval_seed))
         if name == 'refined_dr':
             policies[name] = {
                 'cell': _eval_row(on_cell), 'twin_own': row,

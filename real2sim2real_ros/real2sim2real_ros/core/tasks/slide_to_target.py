@@ -70,6 +70,9 @@ class SlideConfig:
     demo_spread: float = 0.45            # log-normal spread of the demonstrator's speed
     velocity_margin: float = 0.98        # of the joint velocity limits the strike's cubic
     #                                      reference may reach (plan() slows it down to fit)
+    twin_rest_offset: tuple[float, float] = (0.0, 0.0)   # m (along, across the strike):
+    #     added to an upright object's rest in a twin, never on a cell: the bias of the
+    #     twin's rests against a cell's tracked ones (evaluation/deployment_refit.py)
 
     def __post_init__(self):
         lo, hi = self.speed_range
@@ -80,6 +83,9 @@ class SlideConfig:
             raise TaskError(f'slide_to_target: distance_range {self.distance_range} invalid')
         if self.success_radius <= 0:
             raise TaskError('slide_to_target: success_radius must be > 0')
+        if len(self.twin_rest_offset) != 2 or not np.all(np.isfinite(self.twin_rest_offset)):
+            raise TaskError(f'slide_to_target: twin_rest_offset {self.twin_rest_offset} must '
+                            'be two finite numbers (m along, across the strike)')
         if self.object_shape not in ('box', 'cylinder'):
             raise TaskError(f'slide_to_target: object_shape {self.object_shape!r} must be '
                             f"'box' or 'cylinder'")
@@ -201,6 +207,14 @@ class SlideToTarget(DeclaredTask):
         peak = spline.extrema().speed.max(axis=0)
         return float(max(1.0, np.max(peak / vmax)))
 
+    def _twin_rest(self, state: dict, heading: float) -> dict:
+        """A twin's outcome with ``twin_rest_offset`` added (upright objects only)."""
+        a, c = self.cfg.twin_rest_offset
+        if (a == 0.0 and c == 0.0) or not self.upright(state):
+            return state
+        u = np.array([np.cos(heading), np.sin(heading)])
+        return {**state, 'object_xy': state['object_xy'] + a * u + c * np.array([-u[1], u[0]])}
+
     def _outcome(self, reset: ResetSample, xyz, quat) -> dict:
         w, x, y, _ = np.asarray(quat, float) / np.linalg.norm(quat)
         return {'object_xy': np.asarray(xyz[:2], float), 'object_z': float(xyz[2]),
@@ -231,6 +245,8 @@ class SlideToTarget(DeclaredTask):
                           plan['duration'])
             xyz, quat = scored_pose(world)
             state = self._outcome(reset, xyz, quat)
+            if getattr(world, 'kind', None) != 'cell':
+                state = self._twin_rest(state, plan['strike_heading'])
         except UnstableTwinError:
             state = self._lost(reset)
         return EpisodeResult(self.success(state), self.reward(state), self.error(state),
@@ -273,7 +289,8 @@ class SlideToTarget(DeclaredTask):
                     continue
             k = res.object_ids.index(self.object_id)
             p = res.object_poses[0, -1, k]
-            out.append(self._outcome(reset, p[:3], p[3:]))
+            out.append(self._twin_rest(self._outcome(reset, p[:3], p[3:]),
+                                       plan['strike_heading']))
         return out
 
     def _lost(self, reset: ResetSample) -> dict:
