@@ -70,8 +70,8 @@ PARAMETERS = (
     Param('extrinsics_file', '', 'calibration YAML; empty = <cam>/extrinsics topic',
           read_only=True),
     Param('run_dir', '/tmp/r2s2r_runs', 'run directory for capture sets'),
-    Param('timeout', 10.0, "s to wait for each view's frames (before a camera's first view, "
-          'also for its topics to match a publisher)', lo=0.1, hi=600.0),
+    Param('timeout', 10.0, "s to wait for each view's frames (first: for topics to match)",
+          lo=0.1, hi=600.0),
     Param('sync_tolerance', 0.005, 'max s between colour and depth stamps of one frame',
           lo=0.0, hi=1.0, read_only=True),
     Param('color_topic', 'color/image_raw', 'relative to <cam>', read_only=True),
@@ -429,15 +429,12 @@ class CameraCaptureNode(Node):
             f'(stamps within {p.sync_tolerance} s)'))
 
     def _wait_matched(self, goal_handle, stream: _CameraStream):
-        """A goal's subscriptions are new: before a camera's first view, wait (up to
-        ``timeout``) until each has matched a publisher, so that discovery under load does
-        not eat the view's own ``timeout``. A topic nobody publishes is NO_FRAMES, named."""
+        """Before a camera's first view, wait (up to ``timeout``) for the goal's new
+        subscriptions to match a publisher: discovery under load must not eat the view's
+        own ``timeout``. A topic nobody publishes is NO_FRAMES, named."""
         deadline = time.monotonic() + self.p.timeout
-        while True:
-            missing = [sub.topic_name for sub in stream.subscriptions
-                       if sub.get_publisher_count() == 0]
-            if not missing:
-                return
+        while missing := [s.topic_name for s in stream.subscriptions
+                          if s.get_publisher_count() == 0]:
             if goal_handle.is_cancel_requested:
                 raise _CaptureFailed(Code.CANCELED, 'canceled')
             if time.monotonic() >= deadline or not self.context.ok():
