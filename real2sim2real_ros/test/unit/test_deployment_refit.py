@@ -180,3 +180,42 @@ def test_slide_rejects_a_rest_offset_that_is_not_two_numbers(robot):
     from real2sim2real_ros.core.tasks import TaskError, get_task
     with pytest.raises(TaskError, match='twin_rest_offset'):
         get_task('slide_to_target', robot, {'twin_rest_offset': [0.01]})
+
+
+def test_the_expert_aims_off_the_twins_rest_offset(robot, slide):
+    """The scripted demonstrator in a twin with a rest offset strikes shorter by the along
+    part and turns away from the across part, within direction_offset_max; without one it
+    strikes straight (wide_3's 39 mm drift had left it no successful demonstration)."""
+    from real2sim2real_ros.core.tasks import get_task
+    obs = np.array([0.12, 0.0, 0.0])
+    plain = slide.scripted_demo_policy(None, np.random.default_rng(3))(obs)
+    off = get_task('slide_to_target', robot, {'twin_rest_offset': [0.02, 0.01]})
+    aimed = off.scripted_demo_policy(None, np.random.default_rng(3))(obs)
+    assert plain[1] == 0.0
+    assert aimed[1] == pytest.approx(-np.arctan2(0.01, 0.12))
+    g = slide.cfg.push_length
+    assert aimed[0] / plain[0] == pytest.approx(np.sqrt((0.12 - 0.02 - g) / (0.12 - g)))
+    far = get_task('slide_to_target', robot, {'twin_rest_offset': [0.0, -0.04]})
+    assert far.scripted_demo_policy(None, np.random.default_rng(3))(obs)[1] == \
+        pytest.approx(slide.cfg.direction_offset_max)
+
+
+def test_the_summary_scores_a_refined_policy_that_never_trained_as_zero():
+    from real2sim2real_ros.core.evaluation.harness import POLICIES, _refined_summary
+
+    def row(cell, twin):
+        return {'cell': {'success_rate': cell}, 'twin_refined': {'success_rate': twin},
+                'twin_identified': {'success_rate': twin}}
+    ok = {'name': 'a', 'refit': {'rms_before_m': 0.04, 'rms_after_m': 0.01},
+          'policies': {**{n: row(0.5, 0.5) for n in POLICIES}, 'refined_dr': row(1.0, 0.8)}}
+    failed = {'name': 'b', 'refit': {'rms_before_m': 0.05, 'rms_after_m': 0.04},
+              'policies': {**{n: row(0.0, 0.2) for n in POLICIES},
+                           'refined_dr': {'error': 'no demonstration', 'reason':
+                                          'NO_DEMONSTRATIONS'}}}
+    out = _refined_summary([ok, failed])
+    assert out['cell_success_refined_dr'] == pytest.approx(0.5)
+    assert out['refined_dr_failed'] == {'b': 'NO_DEMONSTRATIONS'}
+    assert out['gain_points_refined_dr_vs_nominal'] == pytest.approx(25.0)
+    by = out['twin_prediction_error_points_refined_twin_by_policy']
+    assert by['refined_dr'] == pytest.approx(20.0) and by['nominal'] == pytest.approx(10.0)
+    assert _refined_summary([{**ok, 'policies': {n: row(0.5, 0.5) for n in POLICIES}}]) == {}

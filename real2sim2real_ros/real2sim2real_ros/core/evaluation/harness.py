@@ -450,6 +450,7 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
     refitted twin, the refit record)."""
     from ..parameters import ParameterEstimate, ParameterSet
     from ..policies.evaluate import evaluate
+    from ..policies.pipeline import NoDemonstrationsError
     from ..policies.stage import train_stage
     from ..sysid.object_fit import object_parameter_names
     from ..tasks.worlds import TwinWorld
@@ -477,34 +478,38 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
             est = ParameterEstimate(est.name, fitted, min(lo, fitted), max(hi, fitted),
                                     est.prior, est.unit, True)
         ps_r.add(est)
-    t = time.perf_counter()
-    tcfg = cfg.train_config(cfg.seed, closed_loop=not getattr(task, 'one_shot', False))
-    tcfg.randomization_min_relative = cfg.randomization_min_relative
-    trained = train_stage(task_r, twin_r, inputs_r, out_dir / 'checkpoints' / 'refined_dr',
-                          tcfg, parameters=ps_r, randomize=True,
-                          inputs={'policy': 'refined_dr', 'cell': cell_name})
-    train_s = time.perf_counter() - t
-    t = time.perf_counter()
-    fn = functions['refined_dr'] = trained.result.policy.as_function()
-    eval_seed = cfg.seed + 5000
-    on_cell = evaluate(task, cell, fn, cfg.trials, eval_seed)
-    cell_s = time.perf_counter() - t
-    refined_world = TwinWorld(twin_r, found.id)
-    for name, f in functions.items():     # task_r: the refitted twin's rest offset too
-        row = _eval_row(evaluate(task_r, refined_world, f, cfg.trials, eval_seed))
-        if name == 'refined_dr':
-            policies[name] = {
-                'cell': _eval_row(on_cell), 'twin_own': row,
-                'twin_identified': _eval_row(evaluate(task, TwinWorld(twin_i, found.id), fn,
-                                                      cfg.trials, eval_seed)),
-                'checkpoint': str(trained.result.checkpoint), 'train_s': train_s,
-                'evaluate_s': time.perf_counter() - t, 'cell_evaluate_s': cell_s}
-        policies[name]['twin_refined'] = row
     record = {**rr.to_dict(), 'trials': cfg.refine_trials, 'seed': cfg.seed + 7000,
               'policy': 'identified_dr', 'friction_bounds': list(REFIT_FRICTION_BOUNDS),
               'deploy_s': deploy_s,
               'deploy_observation_cost': _cost_delta(cost0, observer, cfg.refine_trials),
               'deployments': [d.to_dict() for d in deps]}
+    eval_seed = cfg.seed + 5000
+    refined_world = TwinWorld(twin_r, found.id)
+    for name, f in functions.items():     # task_r: the refitted twin's rest offset too
+        policies[name]['twin_refined'] = _eval_row(evaluate(task_r, refined_world, f,
+                                                            cfg.trials, eval_seed))
+    t = time.perf_counter()
+    tcfg = cfg.train_config(cfg.seed, closed_loop=not getattr(task, 'one_shot', False))
+    tcfg.randomization_min_relative = cfg.randomization_min_relative
+    try:
+        trained = train_stage(task_r, twin_r, inputs_r, out_dir / 'checkpoints' / 'refined_dr',
+                              tcfg, parameters=ps_r, randomize=True,
+                              inputs={'policy': 'refined_dr', 'cell': cell_name})
+    except NoDemonstrationsError as exc:    # the refitted twin defeats the expert: scored 0
+        policies['refined_dr'] = {'error': str(exc), 'reason': 'NO_DEMONSTRATIONS'}
+        return twin_r, record
+    train_s = time.perf_counter() - t
+    t = time.perf_counter()
+    fn = trained.result.policy.as_function()
+    on_cell = evaluate(task, cell, fn, cfg.trials, eval_seed)
+    cell_s = time.perf_counter() - t
+    own = _eval_row(evaluate(task_r, refined_world, fn, cfg.trials, eval_seed))
+    policies['refined_dr'] = {
+        'cell': _eval_row(on_cell), 'twin_own': own, 'twin_refined': own,
+        'twin_identified': _eval_row(evaluate(task, TwinWorld(twin_i, found.id), fn,
+                                              cfg.trials, eval_seed)),
+        'checkpoint': str(trained.result.checkpoint), 'train_s': train_s,
+        'evaluate_s': time.perf_counter() - t, 'cell_evaluate_s': cell_s}
     return twin_r, record
 
 
@@ -714,19 +719,23 @@ def _refined_summary(ok: list[dict]) -> dict:
     if not ok or not all('refined_dr' in c['policies'] for c in ok):
         return {}
     names = (*POLICIES, 'refined_dr')
-    out = {'cell_success_refined_dr': float(np.mean(
-        [c['policies']['refined_dr']['cell']['success_rate'] for c in ok]))}
+    trained = [c for c in ok if 'cell' in c['policies']['refined_dr']]
+    out = {'cell_success_refined_dr': float(np.mean(    # a policy that never trained: 0
+        [c['policies']['refined_dr']['cell']['success_rate'] if c in trained else 0.0
+         for c in ok])),
+        'refined_dr_failed': {c['name']: c['policies']['refined_dr']['reason'] for c in ok
+                              if c not in trained}}
     out['gain_points_refined_dr_vs_nominal'] = 100 * (
         out['cell_success_refined_dr'] - float(np.mean(
             [c['policies']['nominal']['cell']['success_rate'] for c in ok])))
     for twin in ('refined', 'identified'):
         err = {n: [100 * abs(c['policies'][n][f'twin_{twin}']['success_rate']
-                             - c['policies'][n]['cell']['success_rate']) for c in ok]
-               for n in names}
+                             - c['policies'][n]['cell']['success_rate'])
+                   for c in (trained if n == 'refined_dr' else ok)] for n in names}
         out[f'twin_prediction_error_mean_points_{twin}_twin_4_policies'] = float(
             np.mean([e for v in err.values() for e in v]))
         out[f'twin_prediction_error_points_{twin}_twin_by_policy'] = {
-            n: float(np.mean(v)) for n, v in err.items()}
+            n: float(np.mean(v)) if v else None for n, v in err.items()}
     out['refit_rms_m'] = {c['name']: [c['refit']['rms_before_m'], c['refit']['rms_after_m']]
                           for c in ok if 'refit' in c}
     return out

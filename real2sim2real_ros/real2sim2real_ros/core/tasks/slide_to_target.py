@@ -301,12 +301,17 @@ class SlideToTarget(DeclaredTask):
     def scripted_demo_policy(self, reset: ResetSample, rng: np.random.Generator):
         """A demonstrator with a rough physics model: v = sqrt(2 mu g d) for an assumed
         friction, with a multiplicative spread (a human's strikes are not exact): the
-        spec's expert ``friction_model_strike`` with its ``friction`` and ``spread``."""
+        spec's expert ``friction_model_strike`` with its ``friction`` and ``spread``. It
+        aims off a twin's ``twin_rest_offset`` (within ``direction_offset_max``)."""
         c = self.cfg
         p = self.declared['expert_params']
         scale = float(np.exp(rng.normal(0.0, p['spread'])))
+        along, across = c.twin_rest_offset
 
         def policy(obs):
-            slide = max(obs[0] - c.push_length, 0.01)
-            return np.array([np.sqrt(2 * p['friction'] * G * slide) * scale, 0.0])
+            slide = max(obs[0] - along - c.push_length, 0.01)
+            aim = -np.arctan2(across, max(obs[0], 1e-3))
+            return np.array([np.sqrt(2 * p['friction'] * G * slide) * scale,
+                             float(np.clip(aim, -c.direction_offset_max,
+                                           c.direction_offset_max))])
         return policy
