@@ -14,6 +14,7 @@ JSON is rewritten after every finished cell (``partial`` true until the last).
 from __future__ import annotations
 
 import argparse
+import json
 import queue
 import sys
 import threading
@@ -56,6 +57,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    'refitted to them, and a refined_dr policy trained and scored '
                    '(core/evaluation/deployment_refit.py; needs --observation tracker); '
                    'default 0: off')
+    p.add_argument('--refit-options', default='{}', metavar='JSON',
+                   help='RefitOptions fields for --refine-trials as a JSON object, e.g. '
+                   '\'{"along_only": true, "rest_offset": true}\' (stop 53\'s second version)')
     p.add_argument('--draw-seed', type=int, default=None, metavar='SEED',
                    help='seed the --draw-cells are drawn with (default: the first --seed)')
     p.add_argument('--robot', default=None, metavar='URDF',
@@ -129,6 +133,14 @@ def cmd_evaluate(args) -> int:
         print(f'r2s2r evaluate: --refine-trials {args.refine_trials}: >= 0, and only with '
               '--observation tracker (the refit reads tracked rest poses)', file=sys.stderr)
         return EXIT_USAGE
+    try:
+        from ..core.evaluation.deployment_refit import RefitOptions
+        refit_options = json.loads(args.refit_options)
+        RefitOptions(**refit_options)
+    except (ValueError, TypeError) as exc:
+        print(f'r2s2r evaluate: --refit-options {args.refit_options!r}: {exc}',
+              file=sys.stderr)
+        return EXIT_USAGE
     if not 0.0 <= args.drake_share <= 1.0:
         print(f'r2s2r evaluate: --drake-share must be within [0, 1], got {args.drake_share}',
               file=sys.stderr)
@@ -179,7 +191,7 @@ def cmd_evaluate(args) -> int:
                         strict_truth=args.observation == 'tracker',
                         compare_truth_observation=args.compare_truth_observation,
                         reseed_noise=args.reseed_noise,
-                        refine_trials=args.refine_trials,
+                        refine_trials=args.refine_trials, refit_options=refit_options,
                         robot_urdf=str(Path(args.robot).resolve()) if args.robot else None,
                         identification_config=ident_conf,
                         train=_merge(QUICK_TRAIN if args.quick else {},

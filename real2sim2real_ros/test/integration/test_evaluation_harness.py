@@ -198,6 +198,10 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     assert bad.returncode == 2 and "unknown task 'juggle'" in bad.stderr
     none = cli('--json', str(tmp_path / 'x.json'))
     assert none.returncode == 2 and '--cell-spec' in none.stderr
+    bad_options = cli('--draw-cells', '1', '--refine-trials', '2', '--refit-options',
+                      '{"no_such": 1}', '--json', str(tmp_path / 'x.json'))
+    assert bad_options.returncode == 2 and bad_options.stderr.count('\n') == 1
+    assert '--refit-options' in bad_options.stderr and 'no_such' in bad_options.stderr
     for refine in (['--refine-trials', '-1'],
                    ['--refine-trials', '3', '--observation', 'truth']):
         bad_refine = cli('--draw-cells', '1', *refine, '--json', str(tmp_path / 'x.json'))

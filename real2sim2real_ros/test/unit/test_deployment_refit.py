@@ -154,7 +154,10 @@ def test_a_sideways_drift_no_parameter_makes_becomes_the_twins_rest_offset(robot
         g = d.view.goal_xy - d.view.object_xy
         u = g / np.linalg.norm(g)
         deps.append(dc_replace(d, end_xy=d.end_xy + 0.03 * np.array([-u[1], u[0]])))
-    res = refit(slide, twin, deps, 'box_0', 0.2, (0.1, 1.5), SMALL)
+    default = refit(slide, twin, deps, 'box_0', 0.2, (0.1, 1.5), SMALL)
+    assert default.rest_offset == (0.0, 0.0)        # off by default
+    res = refit(slide, twin, deps, 'box_0', 0.2, (0.1, 1.5),
+                dc_replace(SMALL, along_only=True, rest_offset=True))
     print(res.to_dict())
     assert abs(res.rest_offset[0]) < 0.003 and res.rest_offset[1] == pytest.approx(0.03,
                                                                                    abs=0.003)

@@ -13,12 +13,14 @@ in any evaluation (a scoring read of the true pose); the deployment does not kee
 angular damping of the object's free joint (a loss that grows with speed) -- on a grid, for
 the twin whose predicted rest positions of those deployments (``task.twin_outcomes``: the
 same plan from the same tracked start) match the tracked ones. Per deployment the residual is
-the tracked minus predicted rest along the strike (what friction and damping decide; a
-sideways bias is the rest offset's, below), capped at ``cap`` (a miss by more is a miss),
+the distance from the predicted to the tracked rest (``along_only``: its part along the
+strike, what friction and damping decide), capped at ``cap`` (a miss by more is a miss),
 ``cap`` where one says upright and the other does not, 0 where neither does. The grid: friction
 log-spaced over its bounds, damping ``k x mass`` (1/s) on ``damping_rates``, angular damping
-on ``angular_dampings``; then a finer friction grid around the best cell. Then the rest
-offset: what a contact model with these parameters still leaves, e.g. a heavy cylinder that
+on ``angular_dampings``; then a finer friction grid around the best cell. With
+``rest_offset`` (off by default: docs/model_gap.md, stop 53, measured it hurting a cell whose
+policy changed its aim), then the rest offset: what a contact model with these parameters
+still leaves, e.g. a heavy cylinder that
 drifts 40 mm sideways on a Drake cell and on none of the twin's (docs/model_gap.md). The
 tracked minus predicted rests of the deployments seen upright (and predicted so), along and
 across each strike; a component's mean is kept (slide_to_target's ``twin_rest_offset``, added
@@ -116,8 +118,9 @@ class RefitOptions:
     refine: int = 7                       # friction values between the best's neighbours
     cap: float = 0.10                     # m: a residual's most
     upright_cos: float = 0.9              # the twin's object z axis . world z for upright
+    along_only: bool = False              # fit the error along the strikes, not the miss
+    rest_offset: bool = False             # then a rest offset (both: measured, not default)
     offset_sigmas: float = 2.0            # a rest offset kept above this many std errors
-    rest_offset: bool = True              # fit the rest offset at all
 
 
 @dataclass
@@ -147,7 +150,7 @@ class RefitResult:
 
 
 def _residuals(task, twin, deployments, samples: list[dict], opt: RefitOptions,
-               along_only: bool = True) -> np.ndarray:
+               along_only: bool) -> np.ndarray:
     """(len(samples), len(deployments)) capped residuals along the strikes (or, not
     ``along_only``, the whole predicted-to-tracked distance: the miss)."""
     r = np.zeros((len(samples), len(deployments)))
@@ -215,19 +218,20 @@ def refit(task, twin, deployments: list[Deployment], object_id: str, mass: float
     lname = f'body/{object_id}/linear_damping'
     aname = f'body/{object_id}/angular_damping'
     current = twin.get_parameters([fname, lname, aname])
-    before = float(_rms(_residuals(task, twin, deployments, [{}], opt))[0])
+    along = opt.along_only
+    before = float(_rms(_residuals(task, twin, deployments, [{}], opt, along))[0])
     miss_before = float(_rms(_residuals(task, twin, deployments, [{}], opt, False))[0])
     frictions = np.geomspace(lo, hi, opt.friction_grid)
     grid = [{fname: f, lname: k * mass, aname: a} for f in frictions
             for k in opt.damping_rates for a in opt.angular_dampings]
-    costs = _rms(_residuals(task, twin, deployments, grid, opt))
+    costs = _rms(_residuals(task, twin, deployments, grid, opt, along))
     n = len(grid)
     best = grid[int(np.argmin(costs))]
     i = int(np.argmin(np.abs(frictions - best[fname])))
     fine = np.geomspace(frictions[max(i - 1, 0)], frictions[min(i + 1, len(frictions) - 1)],
                         opt.refine)
     fine_grid = [{**best, fname: f} for f in fine]
-    fine_costs = _rms(_residuals(task, twin, deployments, fine_grid, opt))
+    fine_costs = _rms(_residuals(task, twin, deployments, fine_grid, opt, along))
     n += len(fine_grid)
     k = int(np.argmin(fine_costs))
     if fine_costs[k] <= costs.min():

@@ -89,11 +89,14 @@ class HarnessConfig:
     # the evaluation's); the twin's object friction and damping are refitted to them and a
     # 'refined_dr' policy trains and is evaluated as the others. 0: off.
     refine_trials: int = 0
+    refit_options: dict = field(default_factory=dict)   # deployment_refit.RefitOptions fields
 
     def __post_init__(self):
         if self.observation not in OBSERVATIONS:
             raise ValueError(f'observation must be one of {OBSERVATIONS}, got '
                              f'{self.observation!r}')
+        from .deployment_refit import RefitOptions
+        RefitOptions(**self.refit_options)      # TypeError naming an unknown field
         if self.refine_trials < 0 or (self.refine_trials and self.observation != 'tracker'):
             raise ValueError(f'refine_trials {self.refine_trials}: >= 0, and only with the '
                              "tracker as the observation (the refit reads tracked rest poses)")
@@ -454,14 +457,15 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
     from ..policies.stage import train_stage
     from ..sysid.object_fit import object_parameter_names
     from ..tasks.worlds import TwinWorld
-    from .deployment_refit import deploy, refit
+    from .deployment_refit import RefitOptions, deploy, refit
     friction_name, mass_name = object_parameter_names(found.id)
     t = time.perf_counter()
     cost0 = dict(observer.cost) if observer is not None else None
     deps = deploy(task, cell, functions['identified_dr'], cfg.refine_trials, cfg.seed + 7000)
     deploy_s = time.perf_counter() - t
     mass = float(used.get(mass_name, twin_i.get_parameter(mass_name)))
-    rr = refit(task, twin_i, deps, found.id, mass, REFIT_FRICTION_BOUNDS)
+    rr = refit(task, twin_i, deps, found.id, mass, REFIT_FRICTION_BOUNDS,
+               RefitOptions(**cfg.refit_options))
     fitted = rr.values[friction_name]
     over = dict(expert_overrides)
     if 'demo_friction' in over:
