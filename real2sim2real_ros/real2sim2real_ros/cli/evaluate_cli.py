@@ -120,7 +120,7 @@ def _merge(base: dict, over: dict) -> dict:
 def cmd_evaluate(args) -> int:
     from ..core.cell_spec import CellSpecError, load_cell_spec
     from ..core.evaluation.cells import draw_cells
-    from ..core.evaluation.harness import HarnessConfig, run
+    from ..core.evaluation.harness import HarnessConfig, check_refine, run
     from ..core.tasks import task_names
     if args.task not in task_names():
         print(f'r2s2r evaluate: unknown task {args.task!r}; known: {task_names()}',
@@ -129,17 +129,12 @@ def cmd_evaluate(args) -> int:
     if args.trials < 1 or args.jobs < 1 or args.draw_cells < 0:
         print('r2s2r evaluate: --trials and --jobs must be >= 1', file=sys.stderr)
         return EXIT_USAGE
-    if args.refine_trials < 0 or (args.refine_trials and args.observation != 'tracker'):
-        print(f'r2s2r evaluate: --refine-trials {args.refine_trials}: >= 0, and only with '
-              '--observation tracker (the refit reads tracked rest poses)', file=sys.stderr)
-        return EXIT_USAGE
     try:
-        from ..core.evaluation.deployment_refit import RefitOptions
         refit_options = json.loads(args.refit_options)
-        RefitOptions(**refit_options)
-    except (ValueError, TypeError) as exc:
-        print(f'r2s2r evaluate: --refit-options {args.refit_options!r}: {exc}',
-              file=sys.stderr)
+        check_refine(args.refine_trials, args.observation, refit_options)
+    except ValueError as exc:       # json.JSONDecodeError included
+        print(f'r2s2r evaluate: --refine-trials {args.refine_trials} / --refit-options '
+              f'{args.refit_options!r}: {exc}', file=sys.stderr)
         return EXIT_USAGE
     if not 0.0 <= args.drake_share <= 1.0:
         print(f'r2s2r evaluate: --drake-share must be within [0, 1], got {args.drake_share}',

@@ -20,14 +20,14 @@ log-spaced over its bounds, damping ``k x mass`` (1/s) on ``damping_rates``, ang
 on ``angular_dampings``; then a finer friction grid around the best cell. With
 ``rest_offset`` (off by default: docs/model_gap.md, stop 53, measured it hurting a cell whose
 policy changed its aim), then the rest offset: what a contact model with these parameters
-still leaves, e.g. a heavy cylinder that
-drifts 40 mm sideways on a Drake cell and on none of the twin's (docs/model_gap.md). The
-tracked minus predicted rests of the deployments seen upright (and predicted so), along and
-across each strike; a component's mean is kept (slide_to_target's ``twin_rest_offset``, added
-to a twin's rests, never a cell's) when it exceeds ``offset_sigmas`` standard errors, else 0.
-Contract:
-deployments hold tracked quantities only; the twin keeps its values on return; a refit with
-no deployment seen at its start raises ValueError.
+still leaves, e.g. a heavy cylinder that drifts 40 mm sideways on a Drake cell and on none of
+the twin's. The tracked minus predicted rests of the deployments seen upright (and predicted
+so), along and across each strike; a component's mean is kept (slide_to_target's
+``twin_rest_offset``, added to a twin's rests, never a cell's) when it exceeds
+``offset_sigmas`` standard errors, else 0.
+
+Contract: deployments hold tracked quantities only; the twin keeps its values on return; a
+refit with no deployment seen at its start raises ValueError.
 """
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ class RefitResult:
         return {'values': {k: float(v) for k, v in self.values.items()},
                 'rms_before_m': self.rms_before, 'rms_after_m': self.rms_after,
                 'friction_interval': [float(v) for v in self.friction_interval],
-                'evaluations': self.evaluations, 'deployments': self.deployments,
+                'evaluations': self.evaluations,
                 'rest_offset_m': [float(v) for v in self.rest_offset],
                 'miss_rms_before_m': self.miss_rms_before,
                 'miss_rms_after_m': self.miss_rms_after}
@@ -156,6 +156,7 @@ def _residuals(task, twin, deployments, samples: list[dict], opt: RefitOptions,
     r = np.zeros((len(samples), len(deployments)))
     for j, d in enumerate(deployments):
         outs = task.twin_outcomes(twin, d.view, d.action, samples)
+        u = _strike_frame(d)[0]
         for i, o in enumerate(outs):
             upright = o['object_up_z'] >= opt.upright_cos and o['object_z'] > -0.5
             if d.end_xy is None:
@@ -164,8 +165,7 @@ def _residuals(task, twin, deployments, samples: list[dict], opt: RefitOptions,
                 r[i, j] = opt.cap
             else:
                 e = d.end_xy - o['object_xy']
-                dist = abs(float(e @ _strike_frame(d)[0])) if along_only else \
-                    float(np.linalg.norm(e))
+                dist = abs(float(e @ u)) if along_only else float(np.linalg.norm(e))
                 r[i, j] = min(dist, opt.cap)
     return r
 
@@ -180,7 +180,7 @@ def _strike_frame(d: Deployment) -> tuple[np.ndarray, np.ndarray]:
 
 def _rest_offset(task, twin, deployments, values: dict, opt: RefitOptions):
     """(along, across) mean of tracked minus predicted rests where both are upright, each
-    kept above ``offset_sigmas`` standard errors (0 otherwise); and the RMS with it."""
+    kept above ``offset_sigmas`` standard errors (0 otherwise)."""
     rows = []
     for d in deployments:
         if d.end_xy is None:
@@ -204,8 +204,8 @@ def _rms(r: np.ndarray) -> np.ndarray:
 
 
 def refit(task, twin, deployments: list[Deployment], object_id: str, mass: float,
-          friction_bounds: tuple[float, float], options: RefitOptions | None = None,
-          progress=None) -> RefitResult:
+          friction_bounds: tuple[float, float], options: RefitOptions | None = None
+          ) -> RefitResult:
     """The grid search above in ``twin`` (its other values as they are). ``mass``: the
     object's mass in the twin (kg), which scales the linear damping grid."""
     opt = options or RefitOptions()
@@ -220,7 +220,8 @@ def refit(task, twin, deployments: list[Deployment], object_id: str, mass: float
     current = twin.get_parameters([fname, lname, aname])
     along = opt.along_only
     before = float(_rms(_residuals(task, twin, deployments, [{}], opt, along))[0])
-    miss_before = float(_rms(_residuals(task, twin, deployments, [{}], opt, False))[0])
+    miss_before = float(_rms(_residuals(task, twin, deployments, [{}], opt, False))[0]) \
+        if along else before
     frictions = np.geomspace(lo, hi, opt.friction_grid)
     grid = [{fname: f, lname: k * mass, aname: a} for f in frictions
             for k in opt.damping_rates for a in opt.angular_dampings]
@@ -243,10 +244,12 @@ def refit(task, twin, deployments: list[Deployment], object_id: str, mass: float
     interval = (float(min(near)), float(max(near)))
     offset = _rest_offset(task, twin, deployments, best, opt) if opt.rest_offset \
         else (0.0, 0.0)
-    shifted = [Deployment(d.view, d.action, None if d.end_xy is None else
-                          d.end_xy - offset[0] * _strike_frame(d)[0]
-                          - offset[1] * _strike_frame(d)[1]) for d in deployments]
-    miss_after = float(_rms(_residuals(task, twin, shifted, [best], opt, False))[0])
+    miss_after = after          # the whole miss with no offset: what the search minimised
+    if along or offset != (0.0, 0.0):
+        shifted = [d if d.end_xy is None else
+                   Deployment(d.view, d.action, d.end_xy - np.array(offset) @ _strike_frame(d))
+                   for d in deployments]
+        miss_after = float(_rms(_residuals(task, twin, shifted, [best], opt, False))[0])
     twin.set_parameters(current)
     return RefitResult(dict(best), before, after, interval, n, len(deployments), offset,
                        miss_before, miss_after)

@@ -56,6 +56,20 @@ REFIT_FRICTION_BOUNDS = (0.1, 1.5)   # the deployment refit's friction grid (a b
 #                                      rubber); the identification's own bounds reach 1.5
 
 
+def check_refine(refine_trials: int, observation: str, refit_options: dict) -> None:
+    """ValueError naming what is wrong with the deployment refit's settings."""
+    from .deployment_refit import RefitOptions
+    if not isinstance(refit_options, dict):
+        raise ValueError(f'refit options {refit_options!r}: a mapping of RefitOptions fields')
+    try:
+        RefitOptions(**refit_options)
+    except TypeError as exc:
+        raise ValueError(f'refit options {refit_options}: {exc}') from None
+    if refine_trials < 0 or (refine_trials and observation != 'tracker'):
+        raise ValueError(f'refine_trials {refine_trials}: >= 0, and only with the tracker as '
+                         'the observation (the refit reads tracked rest poses)')
+
+
 @dataclass
 class HarnessConfig:
     """Budgets and settings of one harness run per cell: task, trials, seed, probes, views,
@@ -95,11 +109,7 @@ class HarnessConfig:
         if self.observation not in OBSERVATIONS:
             raise ValueError(f'observation must be one of {OBSERVATIONS}, got '
                              f'{self.observation!r}')
-        from .deployment_refit import RefitOptions
-        RefitOptions(**self.refit_options)      # TypeError naming an unknown field
-        if self.refine_trials < 0 or (self.refine_trials and self.observation != 'tracker'):
-            raise ValueError(f'refine_trials {self.refine_trials}: >= 0, and only with the '
-                             "tracker as the observation (the refit reads tracked rest poses)")
+        check_refine(self.refine_trials, self.observation, self.refit_options)
 
     def train_config(self, seed: int, closed_loop: bool = False):
         """The policies pipeline's TrainConfig for ``seed`` from this config's
@@ -460,7 +470,7 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
     from .deployment_refit import RefitOptions, deploy, refit
     friction_name, mass_name = object_parameter_names(found.id)
     t = time.perf_counter()
-    cost0 = dict(observer.cost) if observer is not None else None
+    cost0 = dict(observer.cost)        # refine_trials needs the tracker (check_refine)
     deps = deploy(task, cell, functions['identified_dr'], cfg.refine_trials, cfg.seed + 7000)
     deploy_s = time.perf_counter() - t
     mass = float(used.get(mass_name, twin_i.get_parameter(mass_name)))
