@@ -286,8 +286,9 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
         ckpt = tmp_path / 'out' / spec.name / 'checkpoints' / name
         assert p['checkpoint'] == str(next(ckpt.glob('train_*/checkpoint')))
         assert (Path(p['checkpoint']) / 'policy.json').is_file()
-    assert c['policies']['identified']['twin_own'] == \
-        c['policies']['identified']['twin_identified']
+    assert c['policies']['identified']['twin_own'] == {     # its own twin, the identified
+        k: v for k, v in c['policies']['identified']['twin_identified'].items()
+        if k != 'with_residuals'}                        # (that: the refit's, below)
     assert set(c['stage_seconds']) >= {'reconstruct', 'identify', 'train_nominal'}
     # The policies on the cell saw the tracker (start frames only: a one-shot task), and no
     # stage read the cell's truth outside scoring / emulation (the door is strict: a leak
@@ -319,7 +320,17 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert all(c['policies'][n]['twin_refined']['trials'] == 3
                for n in (*POLICIES, 'refined_dr'))
     assert c['policies']['refined_dr']['twin_own'] == c['policies']['refined_dr']['twin_refined']
+    # Each twin's prediction with the deployments' residuals as its model error: a share.
+    for twin in ('identified', 'refined'):
+        res = refit['residuals'][twin]
+        assert res['deployments'] == len(refit['deployments'])
+        assert res['upright_both'] + res['lost_on_cell'] + res['down_in_twin'] == \
+            res['deployments']
+        assert all(0.0 <= c['policies'][n][f'twin_{twin}']['with_residuals'] <= 1.0
+                   for n in (*POLICIES, 'refined_dr'))
     summary = saved['summary']
+    assert set(summary['twin_prediction_error_points_refined_twin_residuals_by_policy']) == \
+        {*POLICIES, 'refined_dr'}
     assert summary['cell_success_refined_dr'] == \
         c['policies']['refined_dr']['cell']['success_rate']
     assert set(summary['twin_prediction_error_points_refined_twin_by_policy']) == \

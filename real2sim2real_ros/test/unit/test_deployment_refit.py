@@ -7,8 +7,11 @@ from real2sim2real_ros.core.emulated_world import EmulatedWorld
 from real2sim2real_ros.core.evaluation.deployment_refit import (
     Deployment,
     RefitOptions,
+    RestResiduals,
     deploy,
     refit,
+    residual_success,
+    rest_residuals,
 )
 from real2sim2real_ros.core.tasks.base import ResetSample
 from real2sim2real_ros.core.tasks.worlds import CellWorld, TaskObject, task_scene_xml
@@ -222,3 +225,60 @@ def test_the_summary_scores_a_refined_policy_that_never_trained_as_zero():
     by = out['twin_prediction_error_points_refined_twin_by_policy']
     assert by['refined_dr'] == pytest.approx(20.0) and by['nominal'] == pytest.approx(10.0)
     assert _refined_summary([{**ok, 'policies': {n: row(0.5, 0.5) for n in POLICIES}}]) == {}
+
+
+def test_rest_residuals_are_the_tracked_minus_predicted_rests_in_each_strikes_frame(slide,
+                                                                                   twin):
+    """Rests 20 mm long and 10 mm right of the twin's come back as (+0.02, -0.01) along and
+    across each strike; a rest the tracker did not see, where the twin keeps the box
+    upright, is counted lost, not a row."""
+    from dataclasses import replace as dc_replace
+    deps = []
+    for d in _deployments(slide, twin, {F: 0.5}, [0.7, 0.8, 0.9]):
+        u = (d.view.goal_xy - d.view.object_xy) / np.linalg.norm(d.view.goal_xy
+                                                                 - d.view.object_xy)
+        deps.append(dc_replace(d, end_xy=d.end_xy + 0.02 * u - 0.01 * np.array([-u[1], u[0]])))
+    deps.append(dc_replace(deps[0], end_xy=None))
+    res = rest_residuals(slide, twin, deps, {F: 0.5})
+    assert res.rows.shape == (3, 2) and res.lost == 1 and res.twin_down == 0
+    assert res.rows == pytest.approx(np.tile([0.02, -0.01], (3, 1)), abs=1e-6)
+    rec = res.to_dict()
+    assert rec['upright_both'] == 3 and rec['lost_on_cell'] == 1
+    assert rec['mean_along_across_m'] == pytest.approx([0.02, -0.01], abs=1e-6)
+
+
+class _Episode:
+    def __init__(self, final_xy, upright=True, heading=0.0):
+        self.final_object_xy = np.asarray(final_xy, float)
+        self.final_object_yaw = 0.0
+        self.info = {'upright': upright, 'strike_heading': heading}
+
+
+class _Evaluation:
+    def __init__(self, episodes, success_rate):
+        self.episodes, self.success_rate = episodes, success_rate
+
+
+def test_residual_success_spreads_a_twin_rest_by_the_deployments_residuals(slide):
+    """A twin rest on the goal: residuals 0 and 50 mm along the strike (the radius is 30 mm)
+    predict 1/2; a lost deployment in four seen (two rows, two lost) halves it again; the
+    residual is turned with the strike (heading pi/2: 50 mm along is +y); a twin episode
+    not upright stays 0; no residual and nothing lost: the twin's own success rate."""
+    goal = np.array([0.6, 0.1])
+    reset = ResetSample(np.array([0.48, 0.1]), 0.0, goal)
+    rows = np.array([[0.0, 0.0], [0.05, 0.0]])
+    one = _Evaluation([(reset, _Episode(goal))], 1.0)
+    assert residual_success(slide, one, RestResiduals(rows, 0, 0, 2)) == pytest.approx(0.5)
+    assert residual_success(slide, one, RestResiduals(rows, 2, 0, 4)) == pytest.approx(0.25)
+    # 50 mm short of the goal along +y: only the +50 mm residual (turned to +y) lands
+    short = _Evaluation([(reset, _Episode(goal - [0.0, 0.05], heading=np.pi / 2))], 0.0)
+    assert residual_success(slide, short, RestResiduals(rows, 0, 0, 2)) == pytest.approx(0.5)
+    across = np.array([[0.0, 0.05]])                # left of a +y strike is -x
+    assert residual_success(slide, _Evaluation([(reset, _Episode(goal + [0.05, 0.0],
+                                                                 heading=np.pi / 2))], 0.0),
+                            RestResiduals(across, 0, 0, 1)) == pytest.approx(1.0)
+    tipped = _Evaluation([(reset, _Episode(goal, upright=False)), (reset, _Episode(goal))],
+                         0.5)
+    assert residual_success(slide, tipped, RestResiduals(rows[:1], 0, 0, 1)) == \
+        pytest.approx(0.5)
+    assert residual_success(slide, tipped, RestResiduals(np.zeros((0, 2)), 0, 1, 1)) == 0.5

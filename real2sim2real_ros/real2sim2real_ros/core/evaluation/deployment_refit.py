@@ -26,6 +26,12 @@ so), along and across each strike; a component's mean is kept (slide_to_target's
 ``twin_rest_offset``, added to a twin's rests, never a cell's) when it exceeds
 ``offset_sigmas`` standard errors, else 0.
 
+:func:`rest_residuals` is what a twin still leaves unexplained in the deployments (tracked
+minus predicted rest along and across each strike, and the rests the cell lost where the twin
+did not); :func:`residual_success` turns a twin evaluation into a prediction of the cell's
+success with those residuals as the model error (docs/model_gap.md, stop 54): a twin that
+fits its mean response still predicts the spread it cannot model.
+
 Contract: deployments hold tracked quantities only; the twin keeps its values on return; a
 refit with no deployment seen at its start raises ValueError.
 """
@@ -35,7 +41,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ['Deployment', 'RefitOptions', 'RefitResult', 'deploy', 'refit']
+__all__ = ['Deployment', 'RefitOptions', 'RefitResult', 'RestResiduals', 'deploy', 'refit',
+           'residual_success', 'rest_residuals']
 
 
 @dataclass
@@ -181,22 +188,77 @@ def _strike_frame(d: Deployment) -> tuple[np.ndarray, np.ndarray]:
 def _rest_offset(task, twin, deployments, values: dict, opt: RefitOptions):
     """(along, across) mean of tracked minus predicted rests where both are upright, each
     kept above ``offset_sigmas`` standard errors (0 otherwise)."""
-    rows = []
-    for d in deployments:
-        if d.end_xy is None:
-            continue
-        o = task.twin_outcomes(twin, d.view, d.action, [values])[0]
-        if o['object_up_z'] < opt.upright_cos or o['object_z'] < -0.5:
-            continue
-        u, n = _strike_frame(d)
-        e = d.end_xy - o['object_xy']
-        rows.append((float(e @ u), float(e @ n)))
-    if len(rows) < 3:
+    r = rest_residuals(task, twin, deployments, values, opt.upright_cos).rows
+    if len(r) < 3:
         return (0.0, 0.0)
-    r = np.asarray(rows)
     mean, se = r.mean(axis=0), r.std(axis=0, ddof=1) / np.sqrt(len(r))
     kept = np.where(np.abs(mean) > opt.offset_sigmas * se, mean, 0.0)
     return float(kept[0]), float(kept[1])
+
+
+@dataclass
+class RestResiduals:
+    """What a twin leaves unexplained in a set of deployments: ``rows`` (k, 2), tracked
+    minus predicted rest (m) along and across (left of) each strike where both are upright;
+    ``lost``: deployments the twin keeps upright and the cell does not (not seen upright);
+    ``twin_down``: the twin tips or loses the object (not used by the prediction)."""
+
+    rows: np.ndarray
+    lost: int
+    twin_down: int
+    deployments: int
+
+    def to_dict(self) -> dict:
+        """JSON-ready: counts and the rows' mean and standard deviation (m)."""
+        r = self.rows
+        stat = (lambda f: [float(v) for v in f(r, axis=0)]) if len(r) else (lambda f: None)
+        return {'deployments': self.deployments, 'upright_both': int(len(r)),
+                'lost_on_cell': self.lost, 'down_in_twin': self.twin_down,
+                'mean_along_across_m': stat(np.mean), 'std_along_across_m': stat(np.std)}
+
+
+def rest_residuals(task, twin, deployments: list[Deployment], values: dict | None = None,
+                   upright_cos: float = 0.9) -> RestResiduals:
+    """The tracked rests of ``deployments`` against ``twin``'s predictions (with ``values``
+    applied; ``task.twin_outcomes``, so a task's ``twin_rest_offset`` is included)."""
+    rows, lost, down = [], 0, 0
+    for d in deployments:
+        o = task.twin_outcomes(twin, d.view, d.action, [values or {}])[0]
+        if o['object_up_z'] < upright_cos or o['object_z'] < -0.5:
+            down += 1
+        elif d.end_xy is None:
+            lost += 1
+        else:
+            u, n = _strike_frame(d)
+            e = d.end_xy - o['object_xy']
+            rows.append((float(e @ u), float(e @ n)))
+    return RestResiduals(np.asarray(rows, float).reshape(-1, 2), lost, down, len(deployments))
+
+
+def residual_success(task, evaluation, residuals: RestResiduals) -> float:
+    """A twin evaluation's success rate with the deployments' residuals as the model error:
+    each episode the twin ends upright succeeds with the share of residuals that, added to
+    its rest along and across its strike, land it within the goal (``task.success``), times
+    the share of deployments the cell kept upright where the twin did. An episode the twin
+    failed upright-wise stays 0. No residual and no loss: the plain success rate."""
+    r = residuals.rows
+    seen = len(r) + residuals.lost
+    if seen == 0:
+        return float(evaluation.success_rate)
+    p = []
+    for reset, res in evaluation.episodes:
+        if not res.info.get('upright', False) or res.info.get('not_seen', False):
+            p.append(0.0)
+            continue
+        h = float(res.info['strike_heading'])
+        u, n = np.array([np.cos(h), np.sin(h)]), np.array([-np.sin(h), np.cos(h)])
+        ends = np.asarray(res.final_object_xy, float) + np.outer(r[:, 0], u) + \
+            np.outer(r[:, 1], n)
+        hits = [task.success({'object_xy': e, 'object_z': task.object_z, 'object_up_z': 1.0,
+                              'object_yaw': res.final_object_yaw, 'goal_xy': reset.goal_xy})
+                for e in ends]
+        p.append(len(r) / seen * (float(np.mean(hits)) if hits else 0.0))
+    return float(np.mean(p))
 
 
 def _rms(r: np.ndarray) -> np.ndarray:

@@ -372,6 +372,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                      others=others)
     policies: dict[str, dict] = {}
     functions: dict = {}
+    ident_evals: dict = {}     # each policy's evaluation in the identified twin (the refit's)
     for name in POLICIES:
         t = time.perf_counter()
         say(spec.name, f'train {name}')
@@ -406,9 +407,9 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
                 truth_seen = _eval_row(evaluate(task, CellWorld(world, cfg.object_id,
                                                           frame_yaw=frame_yaw, others=others),
                                                 fn, cfg.trials, eval_seed))
-        ident_tw = (own if name != 'nominal' else
-                    evaluate(task, TwinWorld(twins['identified'], found.id), fn, cfg.trials,
-                             eval_seed))
+        ident_tw = ident_evals[name] = (
+            own if name != 'nominal' else
+            evaluate(task, TwinWorld(twins['identified'], found.id), fn, cfg.trials, eval_seed))
         policies[name] = {'cell': _eval_row(on_cell), 'twin_own': _eval_row(own),
                           'twin_identified': _eval_row(ident_tw),
                           'checkpoint': str(res.checkpoint), 'train_s': train_s,
@@ -426,7 +427,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
         twin_r, refit_record = _refine(cfg, robot, recon, found, ident, used, ps, task,
                                        cell, twins['identified'], functions, task_over,
                                        goals['expert_overrides'], out_dir, spec.name,
-                                       observer, policies)
+                                       observer, policies, ident_evals)
         twin_r.close()
         seconds['refine'] = time.perf_counter() - t
     world.close()
@@ -456,10 +457,12 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
 
 
 def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, functions,
-            task_over, expert_overrides, out_dir, cell_name, observer, policies):
+            task_over, expert_overrides, out_dir, cell_name, observer, policies, ident_evals):
     """Deploy identified_dr on the cell, refit the twin's object contact to what the
     tracker saw, train 'refined_dr' in the refitted twin with randomisation and evaluate it
-    (and every policy in the refitted twin). Adds policies['refined_dr']; returns (the
+    (and every policy in the refitted twin). Each twin prediction also gets its
+    'with_residuals' figure: the deployments' residuals against that twin as its model
+    error (deployment_refit.residual_success). Adds policies['refined_dr']; returns (the
     refitted twin, the refit record)."""
     from ..parameters import ParameterEstimate, ParameterSet
     from ..policies.evaluate import evaluate
@@ -467,7 +470,7 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
     from ..policies.stage import train_stage
     from ..sysid.object_fit import object_parameter_names
     from ..tasks.worlds import TwinWorld
-    from .deployment_refit import RefitOptions, deploy, refit
+    from .deployment_refit import RefitOptions, deploy, refit, residual_success, rest_residuals
     friction_name, mass_name = object_parameter_names(found.id)
     t = time.perf_counter()
     cost0 = dict(observer.cost)        # refine_trials needs the tracker (check_refine)
@@ -497,11 +500,18 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
               'deploy_s': deploy_s,
               'deploy_observation_cost': _cost_delta(cost0, observer, cfg.refine_trials),
               'deployments': [d.to_dict() for d in deps]}
+    res_i, res_r = rest_residuals(task, twin_i, deps), rest_residuals(task_r, twin_r, deps)
+    record['residuals'] = {'identified': res_i.to_dict(), 'refined': res_r.to_dict()}
     eval_seed = cfg.seed + 5000
     refined_world = TwinWorld(twin_r, found.id)
+
+    def predicted(t, ev, res):
+        return {**_eval_row(ev), 'with_residuals': residual_success(t, ev, res)}
     for name, f in functions.items():     # task_r: the refitted twin's rest offset too
-        policies[name]['twin_refined'] = _eval_row(evaluate(task_r, refined_world, f,
-                                                            cfg.trials, eval_seed))
+        policies[name]['twin_identified']['with_residuals'] = residual_success(
+            task, ident_evals[name], res_i)
+        policies[name]['twin_refined'] = predicted(
+            task_r, evaluate(task_r, refined_world, f, cfg.trials, eval_seed), res_r)
     t = time.perf_counter()
     tcfg = cfg.train_config(cfg.seed, closed_loop=not getattr(task, 'one_shot', False))
     tcfg.randomization_min_relative = cfg.randomization_min_relative
@@ -517,11 +527,11 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
     fn = trained.result.policy.as_function()
     on_cell = evaluate(task, cell, fn, cfg.trials, eval_seed)
     cell_s = time.perf_counter() - t
-    own = _eval_row(evaluate(task_r, refined_world, fn, cfg.trials, eval_seed))
+    own = predicted(task_r, evaluate(task_r, refined_world, fn, cfg.trials, eval_seed), res_r)
     policies['refined_dr'] = {
         'cell': _eval_row(on_cell), 'twin_own': own, 'twin_refined': own,
-        'twin_identified': _eval_row(evaluate(task, TwinWorld(twin_i, found.id), fn,
-                                              cfg.trials, eval_seed)),
+        'twin_identified': predicted(task, evaluate(task, TwinWorld(twin_i, found.id), fn,
+                                                    cfg.trials, eval_seed), res_i),
         'checkpoint': str(trained.result.checkpoint), 'train_s': train_s,
         'evaluate_s': time.perf_counter() - t, 'cell_evaluate_s': cell_s}
     return twin_r, record
@@ -742,13 +752,17 @@ def _refined_summary(ok: list[dict]) -> dict:
     out['gain_points_refined_dr_vs_nominal'] = 100 * (
         out['cell_success_refined_dr'] - float(np.mean(
             [c['policies']['nominal']['cell']['success_rate'] for c in ok])))
-    for twin in ('refined', 'identified'):
-        err = {n: [100 * abs(c['policies'][n][f'twin_{twin}']['success_rate']
-                             - c['policies'][n]['cell']['success_rate'])
-                   for c in (trained if n == 'refined_dr' else ok)] for n in names}
-        out[f'twin_prediction_error_mean_points_{twin}_twin_4_policies'] = float(
+    for twin, key, tag in [(t, k, g) for t in ('refined', 'identified')
+                           for k, g in (('success_rate', ''), ('with_residuals', '_residuals'))]:
+        rows = {n: [c['policies'][n] for c in (trained if n == 'refined_dr' else ok)]
+                for n in names}
+        if key not in rows['nominal'][0][f'twin_{twin}']:
+            continue           # a record from before the residual prediction (stop 54)
+        err = {n: [100 * abs(p[f'twin_{twin}'][key] - p['cell']['success_rate']) for p in v]
+               for n, v in rows.items()}
+        out[f'twin_prediction_error_mean_points_{twin}_twin{tag}_4_policies'] = float(
             np.mean([e for v in err.values() for e in v]))
-        out[f'twin_prediction_error_points_{twin}_twin_by_policy'] = {
+        out[f'twin_prediction_error_points_{twin}_twin{tag}_by_policy'] = {
             n: float(np.mean(v)) if v else None for n, v in err.items()}
     out['refit_rms_m'] = {c['name']: [c['refit']['rms_before_m'], c['refit']['rms_after_m']]
                           for c in ok if 'refit' in c}

@@ -12,8 +12,8 @@ import numpy as np
 
 @dataclass
 class EvaluationResult:
-    """An evaluation's figures: task, backend, trials, successes and rate, and the final
-    errors (m)."""
+    """An evaluation's figures: task, backend, trials, successes and rate, the final errors
+    (m), and each episode's reset and result (not in :meth:`to_dict`)."""
     task: str
     backend: str
     n_trials: int
@@ -21,6 +21,7 @@ class EvaluationResult:
     success_rate: float
     mean_error: float          # m, mean final distance to the goal
     errors: list = field(default_factory=list)
+    episodes: list = field(default_factory=list, repr=False)   # (reset, EpisodeResult)
 
     def to_dict(self) -> dict:
         """The result as a JSON-ready dict."""
@@ -36,12 +37,14 @@ def evaluate(task, world, policy, n_trials: int = 20, seed: int = 0,
     if n_trials < 1:
         raise ValueError(f'n_trials must be >= 1, got {n_trials}')
     rng = np.random.default_rng(seed)
-    ok, errors = 0, []
+    ok, errors, episodes = 0, [], []
     for i in range(n_trials):
-        result = task.run_episode(world, task.sample_reset(rng), policy)
+        reset = task.sample_reset(rng)
+        result = task.run_episode(world, reset, policy)
         ok += int(result.success)
         errors.append(result.final_error)
+        episodes.append((reset, result))
         if progress is not None:
             progress((i + 1) / n_trials, ok / (i + 1))
     return EvaluationResult(task.name, getattr(world, 'kind', type(world).__name__), n_trials,
-                            ok, ok / n_trials, float(np.mean(errors)), errors)
+                            ok, ok / n_trials, float(np.mean(errors)), errors, episodes)
