@@ -57,6 +57,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    'refitted to them, and a refined_dr policy trained and scored '
                    '(core/evaluation/deployment_refit.py; needs --observation tracker); '
                    'default 0: off')
+    p.add_argument('--refine-rounds', type=int, default=1, metavar='K',
+                   help='passes of --refine-trials: round 2 deploys round 1\'s refined_dr and '
+                   'refits on both rounds\' episodes (default 1)')
     p.add_argument('--refit-options', default='{}', metavar='JSON',
                    help='RefitOptions fields for --refine-trials as a JSON object, e.g. '
                    '\'{"along_only": true, "rest_offset": true}\' (stop 53\'s second version)')
@@ -131,10 +134,11 @@ def cmd_evaluate(args) -> int:
         return EXIT_USAGE
     try:
         refit_options = json.loads(args.refit_options)
-        check_refine(args.refine_trials, args.observation, refit_options)
+        check_refine(args.refine_trials, args.observation, refit_options, args.refine_rounds)
     except ValueError as exc:       # json.JSONDecodeError included
-        print(f'r2s2r evaluate: --refine-trials {args.refine_trials} / --refit-options '
-              f'{args.refit_options!r}: {exc}', file=sys.stderr)
+        print(f'r2s2r evaluate: --refine-trials {args.refine_trials} / --refine-rounds '
+              f'{args.refine_rounds} / --refit-options {args.refit_options!r}: {exc}',
+              file=sys.stderr)
         return EXIT_USAGE
     if not 0.0 <= args.drake_share <= 1.0:
         print(f'r2s2r evaluate: --drake-share must be within [0, 1], got {args.drake_share}',
@@ -187,6 +191,7 @@ def cmd_evaluate(args) -> int:
                         compare_truth_observation=args.compare_truth_observation,
                         reseed_noise=args.reseed_noise,
                         refine_trials=args.refine_trials, refit_options=refit_options,
+                        refine_rounds=args.refine_rounds,
                         robot_urdf=str(Path(args.robot).resolve()) if args.robot else None,
                         identification_config=ident_conf,
                         train=_merge(QUICK_TRAIN if args.quick else {},

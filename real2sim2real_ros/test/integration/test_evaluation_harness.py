@@ -202,11 +202,12 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
                       '{"no_such": 1}', '--json', str(tmp_path / 'x.json'))
     assert bad_options.returncode == 2 and bad_options.stderr.count('\n') == 1
     assert '--refit-options' in bad_options.stderr and 'no_such' in bad_options.stderr
-    for refine in (['--refine-trials', '-1'],
-                   ['--refine-trials', '3', '--observation', 'truth']):
+    for refine, says in ((['--refine-trials', '-1'], 'tracker'),
+                         (['--refine-trials', '3', '--observation', 'truth'], 'tracker'),
+                         (['--refine-trials', '3', '--refine-rounds', '0'], 'rounds 0')):
         bad_refine = cli('--draw-cells', '1', *refine, '--json', str(tmp_path / 'x.json'))
         assert bad_refine.returncode == 2 and bad_refine.stderr.count('\n') == 1, refine
-        assert '--refine-trials' in bad_refine.stderr and 'tracker' in bad_refine.stderr
+        assert '--refine-trials' in bad_refine.stderr and says in bad_refine.stderr
     spec = tmp_path / 'broken.yaml'
     spec.write_text('name: broken\nobjects: 3\n')
     broken = cli('--cell-spec', str(spec), '--json', str(tmp_path / 'x.json'))
@@ -225,7 +226,8 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
 def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     """Tiny budgets: this checks the plumbing and the scores' consistency, not the figures."""
     spec = draw_cells(1, seed=11)[0]
-    cfg = HarnessConfig(trials=3, train=TINY, arm_probe_duration=3.0, refine_trials=2)
+    cfg = HarnessConfig(trials=3, train=TINY, arm_probe_duration=3.0, refine_trials=2,
+                        refine_rounds=2)
     report = run([spec], cfg, tmp_path / 'out', jobs=1, json_path=tmp_path / 'r.json')
     saved = json.loads((tmp_path / 'r.json').read_text())
     assert saved['schema'] == SCHEMA and saved['summary']['cells_failed'] == 0, \
@@ -296,21 +298,32 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     obs = c['observation']
     assert obs['source'] == 'tracker' and saved['summary']['observation_sources'] == {
         spec.name: 'tracker'}
-    # 3 start frames per episode: 3 policies x 3 trials, refined_dr's 3 trials, and the 2
-    # deployments' starts and rests.
-    assert obs['frames'] == 3 * 3 * (len(POLICIES) + 1) + 2 * 2 * 3 and obs['rate_hz'] == 5.0
-    # Scoring read the object poses once per episode (12 evaluated, 2 deployed: a task's
+    # 3 start frames per episode: 3 policies x 3 trials, each round's refined_dr's 3 trials,
+    # and each round's 2 deployments' starts and rests.
+    assert obs['frames'] == 3 * 3 * (len(POLICIES) + 2) + 2 * 2 * 2 * 3
+    assert obs['rate_hz'] == 5.0
+    # Scoring read the object poses once per episode (15 evaluated, 4 deployed: a task's
     # episode scores itself; the deployment keeps no score) and twice per strike (3) for the
     # tracker's displacement error.
     reads = c['truth_reads']
     assert reads['leaks'] == [] and \
-        reads['allowed']['scoring']['object_poses'] == 12 + 2 + 2 * 3
+        reads['allowed']['scoring']['object_poses'] == 15 + 4 + 2 * 3
     # The deployment refit: identified_dr's 2 deployments as the tracker saw them, the twin
     # refitted (its RMS over them no worse than before), refined_dr scored everywhere, and
     # every policy scored in the refitted twin on the same 3 episodes.
     refit = c['refit']
-    assert refit['trials'] == 2 and 1 <= len(refit['deployments']) <= 2
+    assert refit['trials'] == 2 and 2 <= len(refit['deployments']) <= 4
     assert refit['rms_after_m'] <= refit['rms_before_m']
+    # Two rounds: identified_dr deployed, then round 1's refined_dr; round 2 refits on both.
+    rounds = refit['rounds']
+    assert [r['policy'] for r in rounds] == ['identified_dr', 'refined_dr']
+    assert [r['seed'] for r in rounds] == [7000, 7001]
+    assert rounds[0]['deployments_so_far'] < rounds[1]['deployments_so_far'] == \
+        len(refit['deployments'])
+    assert rounds[1]['values'] == refit['values']
+    assert rounds[0]['refined_dr']['checkpoint'] != rounds[1]['refined_dr']['checkpoint']
+    assert c['policies']['refined_dr']['rounds'][-1]['cell'] == \
+        c['policies']['refined_dr']['cell']
     assert set(refit['values']) == {f'geom/{fr["name"].split("/")[1]}/friction',
                                     *(f'body/{fr["name"].split("/")[1]}/{k}_damping'
                                       for k in ('linear', 'angular'))}
@@ -331,6 +344,8 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     summary = saved['summary']
     assert set(summary['twin_prediction_error_points_refined_twin_residuals_by_policy']) == \
         {*POLICIES, 'refined_dr'}
+    assert summary['cell_success_refined_dr_by_round'] == [
+        r['refined_dr']['cell']['success_rate'] for r in rounds]
     assert summary['cell_success_refined_dr'] == \
         c['policies']['refined_dr']['cell']['success_rate']
     assert set(summary['twin_prediction_error_points_refined_twin_by_policy']) == \

@@ -28,7 +28,9 @@ reader, listed in the cell's ``truth_reads``) fails the cell with TruthLeak. Per
    (evaluation/deployment_refit.py): identified_dr deployed on the cell for that many more
    episodes (their own seed), the twin's object friction and damping refitted to the tracked
    rests, a 'refined_dr' policy trained in that twin with randomisation and evaluated as the
-   others; every policy is also scored in the refitted twin (``twin_refined``).
+   others; every policy is also scored in the refitted twin (``twin_refined``). With
+   ``refine_rounds`` K > 1 the pass repeats: refined_dr is deployed, the twin refitted to
+   every deployment so far and refined_dr retrained (the last round's is 'refined_dr').
 
 It runs the ROS-free cores the nodes run, in-process, so a 5-cell evaluation takes minutes;
 ``make demo`` runs the same stages through the ROS graph.
@@ -56,8 +58,11 @@ REFIT_FRICTION_BOUNDS = (0.1, 1.5)   # the deployment refit's friction grid (a b
 #                                      rubber); the identification's own bounds reach 1.5
 
 
-def check_refine(refine_trials: int, observation: str, refit_options: dict) -> None:
+def check_refine(refine_trials: int, observation: str, refit_options: dict,
+                 refine_rounds: int = 1) -> None:
     """ValueError naming what is wrong with the deployment refit's settings."""
+    if not isinstance(refine_rounds, int) or refine_rounds < 1:
+        raise ValueError(f'refine_rounds {refine_rounds!r}: an integer >= 1')
     from .deployment_refit import RefitOptions
     if not isinstance(refit_options, dict):
         raise ValueError(f'refit options {refit_options!r}: a mapping of RefitOptions fields')
@@ -104,12 +109,15 @@ class HarnessConfig:
     # 'refined_dr' policy trains and is evaluated as the others. 0: off.
     refine_trials: int = 0
     refit_options: dict = field(default_factory=dict)   # deployment_refit.RefitOptions fields
+    # Passes of it: round 2 deploys round 1's refined_dr and refits on both rounds' episodes.
+    refine_rounds: int = 1
 
     def __post_init__(self):
         if self.observation not in OBSERVATIONS:
             raise ValueError(f'observation must be one of {OBSERVATIONS}, got '
                              f'{self.observation!r}')
-        check_refine(self.refine_trials, self.observation, self.refit_options)
+        check_refine(self.refine_trials, self.observation, self.refit_options,
+                     self.refine_rounds)
 
     def train_config(self, seed: int, closed_loop: bool = False):
         """The policies pipeline's TrainConfig for ``seed`` from this config's
@@ -458,27 +466,81 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
 
 def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, functions,
             task_over, expert_overrides, out_dir, cell_name, observer, policies, ident_evals):
-    """Deploy identified_dr on the cell, refit the twin's object contact to what the
-    tracker saw, train 'refined_dr' in the refitted twin with randomisation and evaluate it
-    (and every policy in the refitted twin). Each twin prediction also gets its
-    'with_residuals' figure: the deployments' residuals against that twin as its model
-    error (deployment_refit.residual_success). Adds policies['refined_dr']; returns (the
-    refitted twin, the refit record)."""
-    from ..parameters import ParameterEstimate, ParameterSet
+    """The loop's second pass, ``cfg.refine_rounds`` times: deploy a policy on the cell
+    (identified_dr, then the last round's refined_dr), refit the twin's object contact to
+    every deployment the tracker saw so far, train 'refined_dr' in the refitted twin with
+    randomisation and evaluate it. Every policy is then scored in the last refitted twin;
+    each twin prediction also gets its 'with_residuals' figure: every deployment's residual
+    against that twin as its model error (deployment_refit.residual_success).
+    policies['refined_dr'] is the last trained round's (every round's in its 'rounds'); returns
+    (the last refitted twin, the refit record: the last refit, every deployment, 'rounds')."""
     from ..policies.evaluate import evaluate
-    from ..policies.pipeline import NoDemonstrationsError
-    from ..policies.stage import train_stage
     from ..sysid.object_fit import object_parameter_names
     from ..tasks.worlds import TwinWorld
     from .deployment_refit import RefitOptions, deploy, refit, residual_success, rest_residuals
-    friction_name, mass_name = object_parameter_names(found.id)
-    t = time.perf_counter()
-    cost0 = dict(observer.cost)        # refine_trials needs the tracker (check_refine)
-    deps = deploy(task, cell, functions['identified_dr'], cfg.refine_trials, cfg.seed + 7000)
-    deploy_s = time.perf_counter() - t
+    _, mass_name = object_parameter_names(found.id)
     mass = float(used.get(mass_name, twin_i.get_parameter(mass_name)))
-    rr = refit(task, twin_i, deps, found.id, mass, REFIT_FRICTION_BOUNDS,
-               RefitOptions(**cfg.refit_options))
+    eval_seed = cfg.seed + 5000
+
+    def predicted(t, ev, res):
+        return {**_eval_row(ev), 'with_residuals': residual_success(t, ev, res)}
+    deps, rounds, twin_r, task_r = [], [], twin_i, task
+    fn, deployed = functions['identified_dr'], 'identified_dr'
+    for r in range(cfg.refine_rounds):
+        t, cost0 = time.perf_counter(), dict(observer.cost)   # the tracker: check_refine
+        deps = deps + deploy(task, cell, fn, cfg.refine_trials, cfg.seed + 7000 + r)
+        rec = {'policy': deployed, 'seed': cfg.seed + 7000 + r, 'trials': cfg.refine_trials,
+               'deploy_s': time.perf_counter() - t,
+               'deploy_observation_cost': _cost_delta(cost0, observer, cfg.refine_trials)}
+        rr = refit(task, twin_r, deps, found.id, mass, REFIT_FRICTION_BOUNDS,
+                   RefitOptions(**cfg.refit_options))
+        if twin_r is not twin_i:
+            twin_r.close()
+        task_r, twin_r, inputs_r, ps_r = _refitted_twin(cfg, robot, recon, found, ident, used,
+                                                        ps, task, task_over, expert_overrides,
+                                                        rr)
+        rec.update(rr.to_dict(), deployments_so_far=len(deps))
+        res_r = rest_residuals(task_r, twin_r, deps)
+        entry, trained = _train_refined(cfg, task, task_r, twin_r, inputs_r, ps_r, cell,
+                                        found, out_dir, cell_name,
+                                        lambda ev, t=task_r, e=res_r: predicted(t, ev, e))
+        rounds.append({**rec, 'refined_dr': {k: entry.get(k) for k in
+                                             ('cell', 'twin_own', 'reason', 'checkpoint')}})
+        if trained is None:     # the refitted twin defeated the expert: the last one stays
+            if r == 0:
+                policies['refined_dr'], fn = entry, None
+            break
+        policies['refined_dr'], fn, deployed = entry, trained, 'refined_dr'
+    record = {**rr.to_dict(), 'trials': cfg.refine_trials, 'seed': cfg.seed + 7000,
+              'policy': 'identified_dr', 'friction_bounds': list(REFIT_FRICTION_BOUNDS),
+              'deploy_s': sum(x['deploy_s'] for x in rounds), 'rounds': rounds,
+              'deploy_observation_cost': rounds[0]['deploy_observation_cost'],
+              'deployments': [d.to_dict() for d in deps]}
+    res_i = rest_residuals(task, twin_i, deps)
+    record['residuals'] = {'identified': res_i.to_dict(), 'refined': res_r.to_dict()}
+    refined_world = TwinWorld(twin_r, found.id)
+    scored = dict(functions, **({'refined_dr': fn} if fn is not None else {}))
+    for name, f in scored.items():     # task_r: the refitted twin's rest offset too
+        ev_i = ident_evals[name] if name in ident_evals else \
+            evaluate(task, TwinWorld(twin_i, found.id), f, cfg.trials, eval_seed)
+        policies[name]['twin_identified'] = predicted(task, ev_i, res_i)
+        if name == 'refined_dr' and rounds[-1]['refined_dr']['reason'] is None:
+            policies[name]['twin_refined'] = policies[name]['twin_own']   # trained in twin_r
+            continue
+        policies[name]['twin_refined'] = predicted(
+            task_r, evaluate(task_r, refined_world, f, cfg.trials, eval_seed), res_r)
+    if len(rounds) > 1:
+        policies['refined_dr']['rounds'] = [x['refined_dr'] for x in rounds]
+    return twin_r, record
+
+
+def _refitted_twin(cfg, robot, recon, found, ident, used, ps, task, task_over,
+                   expert_overrides, rr):
+    """(task, twin, inputs, parameter set) with a refit's values: the expert's friction and
+    the task's rest offset from it, the friction's interval as its estimate's."""
+    from ..parameters import ParameterEstimate, ParameterSet
+    from ..sysid.object_fit import object_parameter_names
+    friction_name, _ = object_parameter_names(found.id)
     fitted = rr.values[friction_name]
     over = dict(expert_overrides)
     if 'demo_friction' in over:
@@ -495,23 +557,18 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
             est = ParameterEstimate(est.name, fitted, min(lo, fitted), max(hi, fitted),
                                     est.prior, est.unit, True)
         ps_r.add(est)
-    record = {**rr.to_dict(), 'trials': cfg.refine_trials, 'seed': cfg.seed + 7000,
-              'policy': 'identified_dr', 'friction_bounds': list(REFIT_FRICTION_BOUNDS),
-              'deploy_s': deploy_s,
-              'deploy_observation_cost': _cost_delta(cost0, observer, cfg.refine_trials),
-              'deployments': [d.to_dict() for d in deps]}
-    res_i, res_r = rest_residuals(task, twin_i, deps), rest_residuals(task_r, twin_r, deps)
-    record['residuals'] = {'identified': res_i.to_dict(), 'refined': res_r.to_dict()}
-    eval_seed = cfg.seed + 5000
-    refined_world = TwinWorld(twin_r, found.id)
+    return task_r, twin_r, inputs_r, ps_r
 
-    def predicted(t, ev, res):
-        return {**_eval_row(ev), 'with_residuals': residual_success(t, ev, res)}
-    for name, f in functions.items():     # task_r: the refitted twin's rest offset too
-        policies[name]['twin_identified']['with_residuals'] = residual_success(
-            task, ident_evals[name], res_i)
-        policies[name]['twin_refined'] = predicted(
-            task_r, evaluate(task_r, refined_world, f, cfg.trials, eval_seed), res_r)
+
+def _train_refined(cfg, task, task_r, twin_r, inputs_r, ps_r, cell, found, out_dir,
+                   cell_name, predict):
+    """Train 'refined_dr' in a refitted twin with randomisation; (its policies entry: the
+    cell's and its own twin's scores, ``predict`` making the latter; its function). An
+    expert the twin defeats: ({error, reason NO_DEMONSTRATIONS}, None), scored 0."""
+    from ..policies.evaluate import evaluate
+    from ..policies.pipeline import NoDemonstrationsError
+    from ..policies.stage import train_stage
+    from ..tasks.worlds import TwinWorld
     t = time.perf_counter()
     tcfg = cfg.train_config(cfg.seed, closed_loop=not getattr(task, 'one_shot', False))
     tcfg.randomization_min_relative = cfg.randomization_min_relative
@@ -519,22 +576,18 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
         trained = train_stage(task_r, twin_r, inputs_r, out_dir / 'checkpoints' / 'refined_dr',
                               tcfg, parameters=ps_r, randomize=True,
                               inputs={'policy': 'refined_dr', 'cell': cell_name})
-    except NoDemonstrationsError as exc:    # the refitted twin defeats the expert: scored 0
-        policies['refined_dr'] = {'error': str(exc), 'reason': 'NO_DEMONSTRATIONS'}
-        return twin_r, record
+    except NoDemonstrationsError as exc:
+        return {'error': str(exc), 'reason': 'NO_DEMONSTRATIONS'}, None
     train_s = time.perf_counter() - t
     t = time.perf_counter()
     fn = trained.result.policy.as_function()
-    on_cell = evaluate(task, cell, fn, cfg.trials, eval_seed)
+    on_cell = evaluate(task, cell, fn, cfg.trials, cfg.seed + 5000)
     cell_s = time.perf_counter() - t
-    own = predicted(task_r, evaluate(task_r, refined_world, fn, cfg.trials, eval_seed), res_r)
-    policies['refined_dr'] = {
-        'cell': _eval_row(on_cell), 'twin_own': own, 'twin_refined': own,
-        'twin_identified': predicted(task, evaluate(task, TwinWorld(twin_i, found.id), fn,
-                                                    cfg.trials, eval_seed), res_i),
-        'checkpoint': str(trained.result.checkpoint), 'train_s': train_s,
-        'evaluate_s': time.perf_counter() - t, 'cell_evaluate_s': cell_s}
-    return twin_r, record
+    own = predict(evaluate(task_r, TwinWorld(twin_r, found.id), fn, cfg.trials,
+                           cfg.seed + 5000))
+    return {'cell': _eval_row(on_cell), 'twin_own': own,
+            'checkpoint': str(trained.result.checkpoint), 'train_s': train_s,
+            'evaluate_s': time.perf_counter() - t, 'cell_evaluate_s': cell_s}, fn
 
 
 def _identify_grip(world, robot, cfg, task, twin, found, recon, frame_yaw, truth, ps, used,
@@ -766,6 +819,11 @@ def _refined_summary(ok: list[dict]) -> dict:
             n: float(np.mean(v)) if v else None for n, v in err.items()}
     out['refit_rms_m'] = {c['name']: [c['refit']['rms_before_m'], c['refit']['rms_after_m']]
                           for c in ok if 'refit' in c}
+    k = max(len(c['refit'].get('rounds', [])) for c in ok)
+    if k > 1:       # each round's refined_dr (a round a cell did not reach: its last's)
+        out['cell_success_refined_dr_by_round'] = [float(np.mean([
+            (c['refit']['rounds'][min(i, len(c['refit']['rounds']) - 1)]['refined_dr']['cell']
+             or {'success_rate': 0.0})['success_rate'] for c in ok])) for i in range(k)]
     return out
 
 
