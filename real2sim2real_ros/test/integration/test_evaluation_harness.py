@@ -122,6 +122,37 @@ def test_summary_gain_correlation_and_parameter_scores():
     assert s['observation_sources'] == {'a': 'truth', 'b': 'truth'}
 
 
+def test_refined_summary_picks_the_best_predicted_policy_and_scores_each_round():
+    """The loop's choice is the policy the refitted twin with residuals predicts best (a tie
+    goes to refined_dr), scored by its cell success; each round's figure is the last
+    refined_dr trained by then (a failed round keeps the one before)."""
+    from real2sim2real_ros.core.evaluation.harness import _refined_summary
+
+    def pol(cell, predicted):
+        return {'cell': {'success_rate': cell}, 'twin_refined': {
+            'success_rate': 1.0, 'with_residuals': predicted},
+            'twin_identified': {'success_rate': 1.0, 'with_residuals': predicted}}
+
+    def cell(name, cells, predicted, rounds):
+        return {'name': name, 'policies': {n: pol(c, p) for n, c, p in zip(
+            (*POLICIES, 'refined_dr'), cells, predicted)},
+            'refit': {'rms_before_m': 0.05, 'rms_after_m': 0.02, 'rounds': [
+                {'refined_dr': {'cell': None if r is None else {'success_rate': r}}}
+                for r in rounds]}}
+    ok = [cell('a', [0.1, 0.7, 0.4, 0.2], [0.3, 0.8, 0.6, 0.5], [0.5, 0.2]),
+          cell('b', [0.0, 0.3, 0.3, 0.9], [0.1, 0.4, 0.7, 0.7], [0.9, None])]
+    out = _refined_summary(ok)
+    assert out['loop_choice']['a'] == {'policy': 'identified', 'predicted': 0.8,
+                                       'cell_success': 0.7}
+    assert out['loop_choice']['b']['policy'] == 'refined_dr'      # the tie
+    assert out['cell_success_loop_choice'] == pytest.approx(0.8)
+    assert out['cell_success_refined_dr_by_round'] == pytest.approx([0.7, 0.55])
+    # |0.3-0.1| .. : the residual predictions' errors, per policy over both cells
+    assert out['twin_prediction_error_points_refined_twin_residuals_by_policy'] == \
+        pytest.approx({'nominal': 15.0, 'identified': 10.0, 'identified_dr': 30.0,
+                       'refined_dr': 25.0})
+
+
 def test_heldout_criterion_numbers():
     # after <= 0.3 x before passes by the ratio, whatever the floor.
     assert heldout_criterion(0.040, 0.012, None)['by'] == 'ratio'

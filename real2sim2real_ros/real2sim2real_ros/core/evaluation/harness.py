@@ -820,11 +820,38 @@ def _refined_summary(ok: list[dict]) -> dict:
     out['refit_rms_m'] = {c['name']: [c['refit']['rms_before_m'], c['refit']['rms_after_m']]
                           for c in ok if 'refit' in c}
     k = max(len(c['refit'].get('rounds', [])) for c in ok)
-    if k > 1:       # each round's refined_dr (a round a cell did not reach: its last's)
-        out['cell_success_refined_dr_by_round'] = [float(np.mean([
-            (c['refit']['rounds'][min(i, len(c['refit']['rounds']) - 1)]['refined_dr']['cell']
-             or {'success_rate': 0.0})['success_rate'] for c in ok])) for i in range(k)]
+    if k > 1:       # each round's refined_dr (a round a cell's retraining did not reach or
+        def by_round(c, i):     # failed: its last trained one; none trained: 0)
+            done = [r['refined_dr']['cell'] for r in c['refit']['rounds'][:i + 1]
+                    if r['refined_dr']['cell'] is not None]
+            return done[-1]['success_rate'] if done else 0.0
+        out['cell_success_refined_dr_by_round'] = [
+            float(np.mean([by_round(c, i) for c in ok])) for i in range(k)]
+    out.update(_loop_choice(ok))
     return out
+
+
+CHOICE_ORDER = ('refined_dr', 'identified_dr', 'identified', 'nominal')   # ties: the first
+
+
+def _loop_choice(ok: list[dict]) -> dict:
+    """The policy a lab would deploy on each cell from what the loop knows: the highest
+    prediction of the refitted twin with the deployments' residuals (ties: CHOICE_ORDER),
+    and its cell success. Empty for records without that prediction."""
+    picks = {}
+    for c in ok:
+        pol = c['policies']
+        names = [n for n in CHOICE_ORDER if n in pol and 'cell' in pol[n]
+                 and 'with_residuals' in pol[n].get('twin_refined', {})]
+        if not names:
+            return {}
+        best = max(names, key=lambda n: (pol[n]['twin_refined']['with_residuals'],
+                                         -names.index(n)))
+        picks[c['name']] = {'policy': best,
+                            'predicted': pol[best]['twin_refined']['with_residuals'],
+                            'cell_success': pol[best]['cell']['success_rate']}
+    return {'loop_choice': picks, 'cell_success_loop_choice': float(np.mean(
+        [p['cell_success'] for p in picks.values()]))}
 
 
 HELDOUT_RESOLUTION_QUANTILE = 0.95
