@@ -141,7 +141,16 @@ def test_refined_summary_picks_the_best_predicted_policy_and_scores_each_round()
                 for r in rounds]}}
     ok = [cell('a', [0.1, 0.7, 0.4, 0.2], [0.3, 0.8, 0.6, 0.5], [0.5, 0.2]),
           cell('b', [0.0, 0.3, 0.3, 0.9], [0.1, 0.4, 0.7, 0.7], [0.9, None])]
+    ok[0]['refit']['rounds'][1]['heldout_rms_m'] = {'deployments': 9, 'nominal': 0.04,
+                                                    'identified': 0.03, 'refitted': 0.01}
+    ok[1]['refit']['rounds'][1]['heldout_rms_m'] = {'deployments': 1, 'nominal': 0.01,
+                                                    'identified': 0.02, 'refitted': 0.02}
     out = _refined_summary(ok)
+    held = out['deployment_heldout']      # pooled over 10 deployments, weighted by count
+    assert held['pooled_rms_m']['refitted'] == pytest.approx(np.sqrt((9e-4 + 4e-4) / 10))
+    assert held['refitted_below_nominal'] == 1 and held['identified_below_nominal'] == 1
+    assert held['ratio_refitted_vs_nominal'] == pytest.approx(
+        np.sqrt(1.3e-4) / np.sqrt((9 * 16e-4 + 1e-4) / 10))
     assert out['loop_choice']['a'] == {'policy': 'identified', 'predicted': 0.8,
                                        'cell_success': 0.7}
     assert out['loop_choice']['b']['policy'] == 'refined_dr'      # the tie
@@ -355,6 +364,10 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     assert rounds[0]['refined_dr']['checkpoint'] != rounds[1]['refined_dr']['checkpoint']
     assert c['policies']['refined_dr']['rounds'][-1]['cell'] == \
         c['policies']['refined_dr']['cell']
+    # Round 2's deployments, held out from the twins before it, scored in each.
+    held = rounds[1]['heldout_rms_m']
+    assert 'heldout_rms_m' not in rounds[0] and held['deployments'] >= 1
+    assert all(0.0 <= held[k] <= 0.1 for k in ('nominal', 'identified', 'refitted'))
     assert set(refit['values']) == {f'geom/{fr["name"].split("/")[1]}/friction',
                                     *(f'body/{fr["name"].split("/")[1]}/{k}_damping'
                                       for k in ('linear', 'angular'))}
@@ -377,6 +390,9 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
         {*POLICIES, 'refined_dr'}
     assert summary['cell_success_refined_dr_by_round'] == [
         r['refined_dr']['cell']['success_rate'] for r in rounds]
+    assert summary['deployment_heldout']['pooled_rms_m']['refitted'] == \
+        pytest.approx(held['refitted'])
+    assert summary['loop_choice'][spec.name]['policy'] in (*POLICIES, 'refined_dr')
     assert summary['cell_success_refined_dr'] == \
         c['policies']['refined_dr']['cell']['success_rate']
     assert set(summary['twin_prediction_error_points_refined_twin_by_policy']) == \

@@ -433,7 +433,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
         t = time.perf_counter()
         say(spec.name, 'refine')
         twin_r, refit_record = _refine(cfg, robot, recon, found, ident, used, ps, task,
-                                       cell, twins['identified'], functions, task_over,
+                                       cell, twins, functions, task_over,
                                        goals['expert_overrides'], out_dir, spec.name,
                                        observer, policies, ident_evals)
         twin_r.close()
@@ -464,20 +464,31 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
             'truth_reads': door.report()}
 
 
-def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, functions,
+def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twins, functions,
             task_over, expert_overrides, out_dir, cell_name, observer, policies, ident_evals):
     """The loop's second pass, ``cfg.refine_rounds`` times: deploy a policy on the cell
     (identified_dr, then the last round's refined_dr), refit the twin's object contact to
     every deployment the tracker saw so far, train 'refined_dr' in the refitted twin with
-    randomisation and evaluate it. Every policy is then scored in the last refitted twin;
-    each twin prediction also gets its 'with_residuals' figure: every deployment's residual
-    against that twin as its model error (deployment_refit.residual_success).
+    randomisation and evaluate it. A round's new deployments are held out from every twin
+    before it: their miss RMS under the nominal (prior), the identified and the last
+    refitted twin is the round's 'heldout_rms_m'. Every policy is then scored in the last
+    refitted twin; each twin prediction also gets its 'with_residuals' figure: every
+    deployment's residual against that twin as its model error
+    (deployment_refit.residual_success).
     policies['refined_dr'] is the last trained round's (every round's in its 'rounds'); returns
     (the last refitted twin, the refit record: the last refit, every deployment, 'rounds')."""
     from ..policies.evaluate import evaluate
     from ..sysid.object_fit import object_parameter_names
     from ..tasks.worlds import TwinWorld
-    from .deployment_refit import RefitOptions, deploy, refit, residual_success, rest_residuals
+    from .deployment_refit import (
+        RefitOptions,
+        deploy,
+        miss_rms,
+        refit,
+        residual_success,
+        rest_residuals,
+    )
+    twin_i = twins['identified']
     _, mass_name = object_parameter_names(found.id)
     mass = float(used.get(mass_name, twin_i.get_parameter(mass_name)))
     eval_seed = cfg.seed + 5000
@@ -488,10 +499,16 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twin_i, funct
     fn, deployed = functions['identified_dr'], 'identified_dr'
     for r in range(cfg.refine_rounds):
         t, cost0 = time.perf_counter(), dict(observer.cost)   # the tracker: check_refine
-        deps = deps + deploy(task, cell, fn, cfg.refine_trials, cfg.seed + 7000 + r)
+        fresh = deploy(task, cell, fn, cfg.refine_trials, cfg.seed + 7000 + r)
         rec = {'policy': deployed, 'seed': cfg.seed + 7000 + r, 'trials': cfg.refine_trials,
                'deploy_s': time.perf_counter() - t,
                'deploy_observation_cost': _cost_delta(cost0, observer, cfg.refine_trials)}
+        if r and fresh:
+            rec['heldout_rms_m'] = {'deployments': len(fresh), **{
+                k: miss_rms(tk, w, fresh) for k, tk, w in (
+                    ('nominal', task, twins['nominal']), ('identified', task, twin_i),
+                    ('refitted', task_r, twin_r))}}
+        deps = deps + fresh
         rr = refit(task, twin_r, deps, found.id, mass, REFIT_FRICTION_BOUNDS,
                    RefitOptions(**cfg.refit_options))
         if twin_r is not twin_i:
@@ -828,6 +845,18 @@ def _refined_summary(ok: list[dict]) -> dict:
         out['cell_success_refined_dr_by_round'] = [
             float(np.mean([by_round(c, i) for c in ok])) for i in range(k)]
     out.update(_loop_choice(ok))
+    held = [r['heldout_rms_m'] for c in ok for r in c['refit'].get('rounds', [])
+            if 'heldout_rms_m' in r]
+    if held:        # the later rounds' deployments, held out from every twin before them
+        n = np.array([h['deployments'] for h in held], float)
+        pooled = {k: float(np.sqrt(np.sum(n * np.array([h[k] for h in held]) ** 2) / n.sum()))
+                  for k in ('nominal', 'identified', 'refitted')}
+        out['deployment_heldout'] = {
+            'pooled_rms_m': pooled, 'deployments': int(n.sum()), 'rounds': len(held),
+            'ratio_refitted_vs_nominal': pooled['refitted'] / pooled['nominal'],
+            'ratio_identified_vs_nominal': pooled['identified'] / pooled['nominal'],
+            'refitted_below_nominal': sum(h['refitted'] < h['nominal'] for h in held),
+            'identified_below_nominal': sum(h['identified'] < h['nominal'] for h in held)}
     return out
 
 
