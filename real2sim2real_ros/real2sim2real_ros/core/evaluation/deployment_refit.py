@@ -165,7 +165,7 @@ def _residuals(task, twin, deployments, samples: list[dict], opt: RefitOptions,
         outs = task.twin_outcomes(twin, d.view, d.action, samples)
         u = _strike_frame(d)[0]
         for i, o in enumerate(outs):
-            upright = o['object_up_z'] >= opt.upright_cos and o['object_z'] > -0.5
+            upright = _twin_upright(o, opt.upright_cos)
             if d.end_xy is None:
                 r[i, j] = 0.0 if not upright else opt.cap
             elif not upright:
@@ -175,6 +175,11 @@ def _residuals(task, twin, deployments, samples: list[dict], opt: RefitOptions,
                 dist = abs(float(e @ u)) if along_only else float(np.linalg.norm(e))
                 r[i, j] = min(dist, opt.cap)
     return r
+
+
+def _twin_upright(outcome: dict, upright_cos: float) -> bool:
+    """A twin outcome (``task.twin_outcomes``) upright and not lost."""
+    return outcome['object_up_z'] >= upright_cos and outcome['object_z'] > -0.5
 
 
 def _strike_frame(d: Deployment) -> tuple[np.ndarray, np.ndarray]:
@@ -224,7 +229,7 @@ def rest_residuals(task, twin, deployments: list[Deployment], values: dict | Non
     rows, lost, down = [], 0, 0
     for d in deployments:
         o = task.twin_outcomes(twin, d.view, d.action, [values or {}])[0]
-        if o['object_up_z'] < upright_cos or o['object_z'] < -0.5:
+        if not _twin_upright(o, upright_cos):
             down += 1
         elif d.end_xy is None:
             lost += 1

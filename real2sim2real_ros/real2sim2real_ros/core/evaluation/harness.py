@@ -54,6 +54,8 @@ OBSERVATIONS = ('tracker', 'truth')
 # gains come from the cell's controller configuration (core/controller_config.py), as a lab's.
 DECLARED_TRUTH_READERS: dict[str, str] = {}
 CLOSED_LOOP_SELECT_TRIALS = 30
+EVAL_SEED_OFFSET = 5000     # every evaluation's episodes: seed + this (cell and twins alike)
+DEPLOY_SEED_OFFSET = 7000   # the refit's deployments, round k: seed + this + k - 1
 REFIT_FRICTION_BOUNDS = (0.1, 1.5)   # the deployment refit's friction grid (a box on wood ..
 #                                      rubber); the identification's own bounds reach 1.5
 
@@ -401,7 +403,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
         t = time.perf_counter()
         say(spec.name, f'evaluate {name}')
         fn = functions[name] = res.policy.as_function()
-        eval_seed = cfg.seed + 5000
+        eval_seed = cfg.seed + EVAL_SEED_OFFSET
         cost0 = dict(observer.cost) if observer is not None else None
         t_cell = time.perf_counter()
         on_cell = evaluate(task, cell, fn, cfg.trials, eval_seed)
@@ -491,7 +493,8 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twins, functi
     twin_i = twins['identified']
     _, mass_name = object_parameter_names(found.id)
     mass = float(used.get(mass_name, twin_i.get_parameter(mass_name)))
-    eval_seed = cfg.seed + 5000
+    eval_seed = cfg.seed + EVAL_SEED_OFFSET
+    opts = RefitOptions(**cfg.refit_options)
 
     def predicted(t, ev, res):
         return {**_eval_row(ev), 'with_residuals': residual_success(t, ev, res)}
@@ -499,25 +502,25 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twins, functi
     fn, deployed = functions['identified_dr'], 'identified_dr'
     for r in range(cfg.refine_rounds):
         t, cost0 = time.perf_counter(), dict(observer.cost)   # the tracker: check_refine
-        fresh = deploy(task, cell, fn, cfg.refine_trials, cfg.seed + 7000 + r)
-        rec = {'policy': deployed, 'seed': cfg.seed + 7000 + r, 'trials': cfg.refine_trials,
+        seed = cfg.seed + DEPLOY_SEED_OFFSET + r
+        fresh = deploy(task, cell, fn, cfg.refine_trials, seed)
+        rec = {'policy': deployed, 'seed': seed, 'trials': cfg.refine_trials,
                'deploy_s': time.perf_counter() - t,
                'deploy_observation_cost': _cost_delta(cost0, observer, cfg.refine_trials)}
         if r and fresh:
             rec['heldout_rms_m'] = {'deployments': len(fresh), **{
-                k: miss_rms(tk, w, fresh) for k, tk, w in (
+                k: miss_rms(tk, w, fresh, opts) for k, tk, w in (
                     ('nominal', task, twins['nominal']), ('identified', task, twin_i),
                     ('refitted', task_r, twin_r))}}
         deps = deps + fresh
-        rr = refit(task, twin_r, deps, found.id, mass, REFIT_FRICTION_BOUNDS,
-                   RefitOptions(**cfg.refit_options))
+        rr = refit(task, twin_r, deps, found.id, mass, REFIT_FRICTION_BOUNDS, opts)
         if twin_r is not twin_i:
             twin_r.close()
         task_r, twin_r, inputs_r, ps_r = _refitted_twin(cfg, robot, recon, found, ident, used,
                                                         ps, task, task_over, expert_overrides,
                                                         rr)
         rec.update(rr.to_dict(), deployments_so_far=len(deps))
-        res_r = rest_residuals(task_r, twin_r, deps)
+        res_r = rest_residuals(task_r, twin_r, deps, upright_cos=opts.upright_cos)
         entry, trained = _train_refined(cfg, task, task_r, twin_r, inputs_r, ps_r, cell,
                                         found, out_dir, cell_name,
                                         lambda ev, t=task_r, e=res_r: predicted(t, ev, e))
@@ -528,12 +531,12 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twins, functi
                 policies['refined_dr'], fn = entry, None
             break
         policies['refined_dr'], fn, deployed = entry, trained, 'refined_dr'
-    record = {**rr.to_dict(), 'trials': cfg.refine_trials, 'seed': cfg.seed + 7000,
+    record = {**rr.to_dict(), 'trials': cfg.refine_trials, 'seed': rounds[0]['seed'],
               'policy': 'identified_dr', 'friction_bounds': list(REFIT_FRICTION_BOUNDS),
               'deploy_s': sum(x['deploy_s'] for x in rounds), 'rounds': rounds,
               'deploy_observation_cost': rounds[0]['deploy_observation_cost'],
               'deployments': [d.to_dict() for d in deps]}
-    res_i = rest_residuals(task, twin_i, deps)
+    res_i = rest_residuals(task, twin_i, deps, upright_cos=opts.upright_cos)
     record['residuals'] = {'identified': res_i.to_dict(), 'refined': res_r.to_dict()}
     refined_world = TwinWorld(twin_r, found.id)
     scored = dict(functions, **({'refined_dr': fn} if fn is not None else {}))
@@ -598,10 +601,10 @@ def _train_refined(cfg, task, task_r, twin_r, inputs_r, ps_r, cell, found, out_d
     train_s = time.perf_counter() - t
     t = time.perf_counter()
     fn = trained.result.policy.as_function()
-    on_cell = evaluate(task, cell, fn, cfg.trials, cfg.seed + 5000)
+    on_cell = evaluate(task, cell, fn, cfg.trials, cfg.seed + EVAL_SEED_OFFSET)
     cell_s = time.perf_counter() - t
     own = predict(evaluate(task_r, TwinWorld(twin_r, found.id), fn, cfg.trials,
-                           cfg.seed + 5000))
+                           cfg.seed + EVAL_SEED_OFFSET))
     return {'cell': _eval_row(on_cell), 'twin_own': own,
             'checkpoint': str(trained.result.checkpoint), 'train_s': train_s,
             'evaluate_s': time.perf_counter() - t, 'cell_evaluate_s': cell_s}, fn
