@@ -56,19 +56,15 @@ def _strike_figures(rows: list[dict]) -> dict:
             'pooled_true_values_vs_before': _pooled(t, b), 'rows': rows}
 
 
-def _deployment_figures(rows: list[dict]) -> dict:
-    n = np.array([r['deployments'] for r in rows], float)
-
-    def pooled(k):
-        return math.sqrt(float(np.sum(n * np.square([r[k] for r in rows]))) / n.sum())
-    nom, ide, ref = (pooled(f'{k}_mm') for k in ('nominal', 'identified', 'refitted'))
-    return {'cells': len(rows), 'deployments': int(n.sum()),
-            'pooled_mm': {'nominal': nom, 'identified': ide, 'refitted': ref},
-            'pooled_refitted_vs_nominal': ref / nom, 'pooled_identified_vs_nominal': ide / nom,
-            'refitted_below_nominal': sum(r['refitted_mm'] < r['nominal_mm'] for r in rows),
-            'identified_below_nominal': sum(r['identified_mm'] < r['nominal_mm']
-                                            for r in rows),
-            'rows': rows}
+def _deployment_figures(rows: list[dict], summary: dict) -> dict:
+    """Per-cell rows beside the harness summary's pooled figures (``deployment_heldout``)."""
+    h = summary['deployment_heldout']
+    return {'cells': len(rows), 'deployments': h['deployments'],
+            'pooled_mm': {k: 1e3 * v for k, v in h['pooled_rms_m'].items()},
+            'pooled_refitted_vs_nominal': h['ratio_refitted_vs_nominal'],
+            'pooled_identified_vs_nominal': h['ratio_identified_vs_nominal'],
+            'refitted_below_nominal': h['refitted_below_nominal'],
+            'identified_below_nominal': h['identified_below_nominal'], 'rows': rows}
 
 
 def run_table(path: str) -> dict:
@@ -82,7 +78,7 @@ def run_table(path: str) -> dict:
            'folds': _strike_figures(_strike_rows(s, 'object_heldout_folds_criterion'))}
     deps = _deployment_rows(d['cells'])
     if deps:
-        out['deployments'] = _deployment_figures(deps)
+        out['deployments'] = _deployment_figures(deps, s)
     return out
 
 
