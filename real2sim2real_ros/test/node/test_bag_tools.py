@@ -181,14 +181,33 @@ def test_player_replays_content_and_timing(ros_env, recorded_bag, rate):
     start = rec_raw.index(got_raw[0])
     assert got_raw == rec_raw[start:start + len(got_raw)]
 
-    rec_ts = [ts for ts, _ in recorded]
+    rec_ts = [ts for ts, _ in recorded][start:start + len(got_raw)]
     got_ts = [ts for ts, _ in received]
-    assert _median_period_s(got_ts) == pytest.approx(_median_period_s(rec_ts) / rate, rel=0.1)
-    rec_duration = (rec_ts[-1] - rec_ts[0]) / 1e9
-    got_duration = (got_ts[-1] - got_ts[0]) / 1e9
-    assert got_duration == pytest.approx(rec_duration / rate, rel=0.15)
-    print(f'rate {rate}: {len(received)}/{len(recorded)} msgs, recorded {rec_duration:.3f} s, '
-          f'replayed {got_duration:.3f} s, median period {_median_period_s(got_ts) * 1e3:.2f} ms')
+    pace = _schedule(rec_ts, got_ts, rate)
+    print(f'rate {rate}: {len(received)}/{len(recorded)} msgs, fitted pace '
+          f'{pace["slope"] * rate:.3f} x the schedule, early at most {pace["early_ms"]:.2f} ms, '
+          f'late median {pace["late_median_ms"]:.1f} ms, max {pace["late_max_ms"]:.1f} ms, '
+          f'median period {_median_period_s(got_ts) * 1e3:.2f} ms')
+    # Never ahead of the schedule: message i goes out (bag time i - start) / rate after the
+    # first or later. Measured 0.4-0.8 ms "early" (the first message's own publish cost),
+    # with three busy processes beside the test in its scheduling group.
+    assert pace['early_ms'] <= 5.0
+    # The pace is the recorded one over rate: the least-squares slope of when each message
+    # went out against when it was recorded. Not the median period: under that load the
+    # player wakes 1-20 ms late and then catches up, which took the median period at rate 2
+    # to 3.97-4.40 ms in 3 of 4 runs (and failed CI) while the slope stayed at 1.000.
+    assert pace['slope'] == pytest.approx(1 / rate, rel=0.1)
+
+
+def _schedule(rec_ts, got_ts, rate):
+    """When each message went out against the player's schedule (first message = 0)."""
+    import numpy as np
+    rec = (np.asarray(rec_ts, float) - rec_ts[0]) / 1e9
+    got = (np.asarray(got_ts, float) - got_ts[0]) / 1e9
+    late = got - rec / rate
+    return {'slope': float(np.polyfit(rec, got, 1)[0]), 'early_ms': float(-late.min() * 1e3),
+            'late_median_ms': float(np.median(late) * 1e3),
+            'late_max_ms': float(late.max() * 1e3)}
 
 
 def test_cli_record_ends_cleanly_on_sigint(ros_env, tmp_path):
