@@ -56,9 +56,9 @@ def cell(share_dir, tmp_path_factory):
             g.stop(timeout=30)
 
 
-def _capture(num_views: int = 4, **kw):
+def _capture(num_views: int = 4, timeout: float = 60.0, **kw):
     from real2sim2real_ros.cli.capture_cli import capture
-    result = capture(num_views=num_views, timeout=60.0, **kw)
+    result = capture(num_views=num_views, timeout=timeout, **kw)
     assert result.error_code == 0, result.error_msg
     return result.capture_set
 
@@ -195,9 +195,13 @@ def test_offline_from_bag_and_from_replayed_recapture(cell, first, tmp_path):
     domain = allocate_domain_id()
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain))
     log = open(tmp_path / 'replay_capture.log', 'w')  # noqa: SIM115 - closed below
+    # timeout (each view's wait, default 10 s): the player is a thread of this process. With
+    # a CPU-bound harness beside the suite (load 5.9) the first view had 0 frames in 10 s
+    # (1 failure in one such run); alone under load 7.8 the 4 views took 4.9 and 7.9 s.
     proc = subprocess.Popen(
         ['camera_capture', '--ros-args', '-r', '__ns:=/capture', '-p', 'source:=topics',
-         '-p', f'cameras:={CAMERAS}', '-p', f'run_dir:={tmp_path / "runs"}'],
+         '-p', f'cameras:={CAMERAS}', '-p', f'run_dir:={tmp_path / "runs"}',
+         '-p', 'timeout:=30.0'],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     import rclpy
     ctx = rclpy.Context()
@@ -214,7 +218,7 @@ def test_offline_from_bag_and_from_replayed_recapture(cell, first, tmp_path):
     playing = threading.Thread(target=player.play, daemon=True)
     try:
         playing.start()
-        again = _capture(4, namespace='capture', domain_id=domain)
+        again = _capture(4, timeout=150.0, namespace='capture', domain_id=domain)
     finally:
         player.stop()
         playing.join(timeout=5)
