@@ -36,7 +36,7 @@ def _rotation_angle(a, b) -> float:
     return float(np.arccos(np.clip(cos, -1.0, 1.0)))
 
 
-def test_capture_and_offline_replay(multiview, tmp_path):
+def test_capture_and_offline_replay(multiview, share_dir, tmp_path):
     from real2sim2real_ros.cli.capture_cli import capture
     from real2sim2real_ros.core.capture_set import load_capture_set
     spec, tmp = multiview
@@ -81,8 +81,14 @@ def test_capture_and_offline_replay(multiview, tmp_path):
     domain = allocate_domain_id()
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), R2S2R_DOMAIN_ID=str(domain),
                R2S2R_RUN_DIR=str(tmp_path / 'runs'))
+    # The bringup's parameters, and 30 s per view (default 10): the player is a thread of
+    # this process, and a loaded fresh-clone run had 0 frames from camera_back in 10 s.
+    params = tmp_path / 'params.yaml'
+    params.write_text((share_dir / 'config' / 'params.yaml').read_text()
+                      + '\n/**/camera_capture:\n  ros__parameters:\n    timeout: 30.0\n')
     replay_node = LaunchedGraph(launch_file('capture.launch.xml'), {
         'capture_source': 'topics', 'run_dir': str(tmp_path / 'runs'),
+        'params_file': str(params),
         'cameras': str([f'/capture/{c}' for c in CAMERAS])},
         env=env, log_dir=tmp_path / 'logs').start()
     import rclpy
@@ -97,7 +103,7 @@ def test_capture_and_offline_replay(multiview, tmp_path):
     playing = threading.Thread(target=player.play, daemon=True)
     try:
         playing.start()
-        replayed = capture(num_views=4, timeout=60.0, domain_id=domain)
+        replayed = capture(num_views=4, timeout=150.0, domain_id=domain)
         assert replayed.error_code == 0, replayed.error_msg
         again = load_capture_set(replayed.capture_set.manifest_path)
     finally:
