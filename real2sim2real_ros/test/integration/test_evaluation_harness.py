@@ -122,6 +122,32 @@ def test_summary_gain_correlation_and_parameter_scores():
     assert s['observation_sources'] == {'a': 'truth', 'b': 'truth'}
 
 
+def test_deployment_heldout_flags_a_twin_worse_than_the_prior_beyond_its_deployments():
+    """Paired over ten held-out deployments: a twin missing each by 10 mm more than the prior
+    is significantly worse (one-sided Wilcoxon p = 1/1024); one missing half by 2 mm more
+    and half by 2 mm less is not, nor is one equal to it (p 1). Rounds recorded before the
+    per-deployment misses keep the RMS figures and get no test."""
+    from real2sim2real_ros.core.evaluation.harness import HELDOUT_ALPHA, _deployment_heldout
+    base = np.linspace(0.01, 0.05, 10)
+    mixed = base + np.where(np.arange(10) % 2 == 0, 0.002, -0.002)
+
+    def rnd(identified, refitted):
+        miss = {'nominal': base, 'identified': identified, 'refitted': refitted}
+        return {'heldout_rms_m': {'deployments': 10, **{
+            k: float(np.sqrt(np.mean(np.square(v)))) for k, v in miss.items()}},
+            'heldout_miss_m': {k: [float(x) for x in v] for k, v in miss.items()}}
+    out = _deployment_heldout([rnd(base, base + 0.01), rnd(mixed, base)])
+    p = out['p_refitted_worse_than_nominal']
+    assert p[0] == pytest.approx(1 / 1024) and p[1] == 1.0
+    assert out['p_identified_worse_than_nominal'][0] == 1.0
+    assert out['p_identified_worse_than_nominal'][1] > 0.3
+    assert out['refitted_significantly_worse'] == 1 and out['identified_significantly_worse'] == 0
+    assert out['refitted_below_nominal'] == 0 and HELDOUT_ALPHA == 0.05
+    old = rnd(base, base + 0.01)
+    del old['heldout_miss_m']
+    assert 'p_refitted_worse_than_nominal' not in _deployment_heldout([old])
+
+
 def test_refined_summary_picks_the_best_predicted_policy_and_scores_each_round():
     """The loop's choice is the policy the refitted twin with residuals predicts best (a tie
     goes to refined_dr), scored by its cell success; each round's figure is the last
@@ -368,6 +394,10 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
     held = rounds[1]['heldout_rms_m']
     assert 'heldout_rms_m' not in rounds[0] and held['deployments'] >= 1
     assert all(0.0 <= held[k] <= 0.1 for k in ('nominal', 'identified', 'refitted'))
+    miss = rounds[1]['heldout_miss_m']      # per deployment, the RMS's terms
+    for k in ('nominal', 'identified', 'refitted'):
+        assert len(miss[k]) == held['deployments']
+        assert held[k] == pytest.approx(np.sqrt(np.mean(np.square(miss[k]))))
     assert set(refit['values']) == {f'geom/{fr["name"].split("/")[1]}/friction',
                                     *(f'body/{fr["name"].split("/")[1]}/{k}_damping'
                                       for k in ('linear', 'angular'))}
@@ -392,6 +422,7 @@ def test_one_cell_end_to_end_scores_every_stage(tmp_path):
         r['refined_dr']['cell']['success_rate'] for r in rounds]
     assert summary['deployment_heldout']['pooled_rms_m']['refitted'] == \
         pytest.approx(held['refitted'])
+    assert len(summary['deployment_heldout']['p_refitted_worse_than_nominal']) == 1
     assert summary['loop_choice'][spec.name]['policy'] in (*POLICIES, 'refined_dr')
     assert summary['cell_success_refined_dr'] == \
         c['policies']['refined_dr']['cell']['success_rate']

@@ -9,6 +9,8 @@ from real2sim2real_ros.core.evaluation.deployment_refit import (
     RefitOptions,
     RestResiduals,
     deploy,
+    miss_per_deployment,
+    miss_rms,
     refit,
     residual_success,
     rest_residuals,
@@ -76,6 +78,25 @@ def test_refit_scores_an_unseen_rest_against_the_twins_upright_prediction(slide,
     assert refit(slide, twin, seen, 'box_0', 0.2, (0.4, 0.6), opt).rms_before < 1e-3
     assert refit(slide, twin, unseen, 'box_0', 0.2, (0.4, 0.6), opt).rms_before == \
         pytest.approx(0.1)
+
+
+def test_miss_per_deployment_pairs_each_deployment_with_its_capped_miss(slide, twin):
+    """Per deployment, in order: ~0 where the twin has the cell's values, the distance to
+    the tracked rest where it has not (3 cm over the cap of 2 cm: the cap), the cap where
+    the cell lost the object and the twin did not; miss_rms is their RMS."""
+    deps = _deployments(slide, twin, {F: 0.5}, [0.6, 0.9])
+    off = _deployments(slide, twin, {F: 0.3}, [0.6])[0]      # slid further than 0.5 gives
+    deps.append(Deployment(off.view, off.action, off.end_xy))
+    deps.append(Deployment(deps[0].view, deps[0].action, None))
+    opt = RefitOptions(cap=0.02)
+    m = miss_per_deployment(slide, twin, deps, opt)
+    print(m)
+    assert m.shape == (4,)
+    assert m[0] < 1e-3 and m[1] < 1e-3
+    assert m[2] == pytest.approx(0.02) and m[3] == pytest.approx(0.02)
+    assert miss_rms(slide, twin, deps, opt) == pytest.approx(np.sqrt(np.mean(m ** 2)))
+    with pytest.raises(ValueError, match='no deployment'):
+        miss_per_deployment(slide, twin, [], opt)
 
 
 def test_refit_and_deploy_reject_what_they_cannot_use(slide, twin):

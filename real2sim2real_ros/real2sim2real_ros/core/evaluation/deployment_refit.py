@@ -41,8 +41,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ['Deployment', 'RefitOptions', 'RefitResult', 'RestResiduals', 'deploy', 'miss_rms',
-           'refit', 'residual_success', 'rest_residuals']
+__all__ = ['Deployment', 'RefitOptions', 'RefitResult', 'RestResiduals', 'deploy',
+           'miss_per_deployment', 'miss_rms', 'refit', 'residual_success', 'rest_residuals']
 
 
 @dataclass
@@ -270,14 +270,21 @@ def _rms(r: np.ndarray) -> np.ndarray:
     return np.sqrt(np.mean(r ** 2, axis=-1))
 
 
+def miss_per_deployment(task, twin, deployments: list[Deployment],
+                        options: RefitOptions | None = None) -> np.ndarray:
+    """The capped miss (m) of ``twin``'s prediction of each deployment, in order: the
+    distance from its predicted to the tracked rest, ``cap`` where one is upright and the
+    other not, 0 where neither is (paired tests of two twins on the same deployments)."""
+    if not deployments:
+        raise ValueError('no deployment to score')
+    return _residuals(task, twin, deployments, [{}], options or RefitOptions(), False)[0]
+
+
 def miss_rms(task, twin, deployments: list[Deployment], options: RefitOptions | None = None
              ) -> float:
     """The RMS of the capped misses (m) of ``twin``'s predictions of ``deployments``, the
     refit's measure: e.g. a twin's error on deployments it was not fitted to."""
-    if not deployments:
-        raise ValueError('no deployment to score')
-    return float(_rms(_residuals(task, twin, deployments, [{}], options or RefitOptions(),
-                                 False))[0])
+    return float(_rms(miss_per_deployment(task, twin, deployments, options)))
 
 
 def refit(task, twin, deployments: list[Deployment], object_id: str, mass: float,

@@ -485,7 +485,7 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twins, functi
     from .deployment_refit import (
         RefitOptions,
         deploy,
-        miss_rms,
+        miss_per_deployment,
         refit,
         residual_success,
         rest_residuals,
@@ -507,11 +507,13 @@ def _refine(cfg, robot, recon, found, ident, used, ps, task, cell, twins, functi
         rec = {'policy': deployed, 'seed': seed, 'trials': cfg.refine_trials,
                'deploy_s': time.perf_counter() - t,
                'deploy_observation_cost': _cost_delta(cost0, observer, cfg.refine_trials)}
-        if r and fresh:
+        if r and fresh:     # per deployment too: paired tests (_deployment_heldout)
+            miss = {k: miss_per_deployment(tk, w, fresh, opts) for k, tk, w in (
+                ('nominal', task, twins['nominal']), ('identified', task, twin_i),
+                ('refitted', task_r, twin_r))}
             rec['heldout_rms_m'] = {'deployments': len(fresh), **{
-                k: miss_rms(tk, w, fresh, opts) for k, tk, w in (
-                    ('nominal', task, twins['nominal']), ('identified', task, twin_i),
-                    ('refitted', task_r, twin_r))}}
+                k: float(np.sqrt(np.mean(v ** 2))) for k, v in miss.items()}}
+            rec['heldout_miss_m'] = {k: [float(x) for x in v] for k, v in miss.items()}
         deps = deps + fresh
         rr = refit(task, twin_r, deps, found.id, mass, REFIT_FRICTION_BOUNDS, opts)
         if twin_r is not twin_i:
@@ -848,18 +850,42 @@ def _refined_summary(ok: list[dict]) -> dict:
         out['cell_success_refined_dr_by_round'] = [
             float(np.mean([by_round(c, i) for c in ok])) for i in range(k)]
     out.update(_loop_choice(ok))
-    held = [r['heldout_rms_m'] for c in ok for r in c['refit'].get('rounds', [])
-            if 'heldout_rms_m' in r]
+    held = [r for c in ok for r in c['refit'].get('rounds', []) if 'heldout_rms_m' in r]
     if held:        # the later rounds' deployments, held out from every twin before them
-        n = np.array([h['deployments'] for h in held], float)
-        pooled = {k: float(np.sqrt(np.sum(n * np.array([h[k] for h in held]) ** 2) / n.sum()))
-                  for k in ('nominal', 'identified', 'refitted')}
-        out['deployment_heldout'] = {
-            'pooled_rms_m': pooled, 'deployments': int(n.sum()), 'rounds': len(held),
-            'ratio_refitted_vs_nominal': pooled['refitted'] / pooled['nominal'],
-            'ratio_identified_vs_nominal': pooled['identified'] / pooled['nominal'],
-            'refitted_below_nominal': sum(h['refitted'] < h['nominal'] for h in held),
-            'identified_below_nominal': sum(h['identified'] < h['nominal'] for h in held)}
+        out['deployment_heldout'] = _deployment_heldout(held)
+    return out
+
+
+HELDOUT_ALPHA = 0.05     # a twin 'significantly worse' than the prior: one-sided p below this
+
+
+def _deployment_heldout(rounds: list[dict]) -> dict:
+    """Pooled RMS of the held-out deployments' capped misses under each twin, the ratios to
+    the prior's and per round (cell) whether a twin's is below it; with the per-deployment
+    misses (runs since stop 57), per round the one-sided paired Wilcoxon signed-rank p of
+    'misses by more than the prior' and the rounds where it is below HELDOUT_ALPHA: ten
+    deployments resolve a real difference, not one of a few mm."""
+    from scipy.stats import wilcoxon
+    held = [r['heldout_rms_m'] for r in rounds]
+    n = np.array([h['deployments'] for h in held], float)
+    pooled = {k: float(np.sqrt(np.sum(n * np.array([h[k] for h in held]) ** 2) / n.sum()))
+              for k in ('nominal', 'identified', 'refitted')}
+    out = {'pooled_rms_m': pooled, 'deployments': int(n.sum()), 'rounds': len(held),
+           'ratio_refitted_vs_nominal': pooled['refitted'] / pooled['nominal'],
+           'ratio_identified_vs_nominal': pooled['identified'] / pooled['nominal'],
+           'refitted_below_nominal': sum(h['refitted'] < h['nominal'] for h in held),
+           'identified_below_nominal': sum(h['identified'] < h['nominal'] for h in held)}
+    paired = [r['heldout_miss_m'] for r in rounds if 'heldout_miss_m' in r]
+    if len(paired) == len(rounds):
+        def p_worse(m, k):
+            a, b = np.asarray(m[k]), np.asarray(m['nominal'])
+            if not np.any(np.abs(a - b) > 1e-12):
+                return 1.0
+            return float(wilcoxon(a, b, alternative='greater').pvalue)
+        for k in ('refitted', 'identified'):
+            p = [p_worse(m, k) for m in paired]
+            out[f'p_{k}_worse_than_nominal'] = p
+            out[f'{k}_significantly_worse'] = sum(v < HELDOUT_ALPHA for v in p)
     return out
 
 
