@@ -71,10 +71,11 @@ def scene_message(spec, mjcf_path: str):
     return msg
 
 
-def publish_scene(spec, folder):
+def publish_scene(spec, folder, timeout: float = 30.0):
     """The cell ``spec``'s scene as reconstruction gives it (bench/object_id_bench.scene_xml,
     written to ``folder/scene.xml``) on the latched ``scene`` topic, once object_tracker and
-    system_identification subscribe (AssertionError after 30 s). Close the returned
+    system_identification subscribe (AssertionError after ``timeout`` s), and 1 s more for
+    the message to reach them (a match is not a delivery). Close the returned
     LatchedPublisher when done."""
     import time
 
@@ -85,7 +86,7 @@ def publish_scene(spec, folder):
     publisher = LatchedPublisher(Scene, 'scene', scene_message(spec, str(scene)))
     try:
         assert publisher.wait_for_subscriber_nodes(
-            ['object_tracker', 'system_identification'], 30)
+            ['object_tracker', 'system_identification'], timeout)
     except BaseException:
         publisher.close()
         raise

@@ -141,6 +141,10 @@ def test_bag_without_the_topics_is_missing_topics(live, tmp_path):
     assert res.error_code == IdentifyResult.MISSING_TOPICS and 'no_such_bag' in res.error_msg
     res = cmd.identify(parameter_names=['joint/elbow_joint/stiction'], timeout=60)
     assert res.error_code == IdentifyResult.UNKNOWN_PARAMETER and 'stiction' in res.error_msg
+    # An object's parameter with no scene yet: the error says the scene is what is missing.
+    res = cmd.identify(parameter_names=['geom/box_0/friction'], timeout=60)
+    assert res.error_code == IdentifyResult.UNKNOWN_PARAMETER
+    assert 'geom/box_0/friction' in res.error_msg and 'no scene' in res.error_msg
 
 
 def test_error_codes_map_from_the_core_exceptions():

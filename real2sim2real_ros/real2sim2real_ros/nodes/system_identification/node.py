@@ -291,7 +291,11 @@ class SystemIdentificationNode(ExecutorProbes, GripProbe, IdentifyReport, Node):
         except TwinError as exc:
             raise GoalFailed(IdentifyResult.EXECUTION_FAILED, f'scene {scene_path}: {exc}') \
                 from None
-        specs, obj_specs = config.split(list(names), object_specs)
+        try:
+            specs, obj_specs = config.split(list(names), object_specs)
+        except UnknownParameterError as exc:    # an object's name before the scene came
+            raise UnknownParameterError(f'{exc}; {object_note}' if object_note else str(exc)) \
+                from None
         if goal.bag_paths and not strike_given and not names:
             obj_specs = []      # offline arm bags only: the arm
         if not specs and not obj_specs:
