@@ -30,20 +30,20 @@ import math
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import wilcoxon
 
 from real2sim2real_ros.core.evaluation.deployment_refit import (
     Deployment,
     RefitOptions,
     miss_per_deployment,
+    paired_p_worse,
 )
+from real2sim2real_ros.core.evaluation.harness import HELDOUT_ALPHA as ALPHA
+from real2sim2real_ros.core.evaluation.harness import flagged_estimates
 from real2sim2real_ros.core.evaluation.identification import identification_config_path
 from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
 from real2sim2real_ros.core.sysid.config import load_identification_config
 from real2sim2real_ros.core.tasks.base import ResetSample
 from real2sim2real_ros.core.training_setup import build_task_and_twin, scene_info_from_mjcf
-
-ALPHA = 0.05
 
 
 def verdict(row: dict) -> str:
@@ -73,9 +73,7 @@ def _deployments(rows: list[dict]) -> list[Deployment]:
 def _used(cell: dict) -> dict:
     """The identified values the harness's twin used: estimates, flagged arm ones at prior."""
     ident = cell['identification']
-    flagged = set(ident.get('arm_fit_at_bound') or [])
-    if ident.get('arm_fit_spikes'):
-        flagged |= {p['name'] for p in ident['parameters'] if '/object/' not in p['name']}
+    flagged = flagged_estimates(ident, [p['name'] for p in ident['parameters']])
     return {p['name']: p['prior'] if p['name'] in flagged else p['estimate']
             for p in ident['parameters']}
 
@@ -85,14 +83,6 @@ def _twin(robot, cell, scene, start, parameters, overrides=None):
                                object_id=cell['task_config']['object_id'],
                                task_config=cell['task_config'], start_values=start,
                                parameters=parameters, overrides=overrides or {})[:2]
-
-
-def _test(worse: np.ndarray, better: np.ndarray) -> float:
-    """One-sided p of 'worse misses by more than better' (paired); 1.0 when they never differ."""
-    d = worse - better
-    if not np.any(np.abs(d) > 1e-12):
-        return 1.0
-    return float(wilcoxon(worse, better, alternative='greater', zero_method='wilcox').pvalue)
 
 
 def _true_object(cell: dict, out_dir: Path, object_id: str) -> dict:
@@ -115,19 +105,15 @@ def reconstruct_again(cell: dict, out_dir: Path, run_config: dict, robot) -> boo
     did; True when the record's errors equal the run's to 1e-9."""
     from real2sim2real_ros.core.cell_spec import load_cell_spec
     from real2sim2real_ros.core.evaluation.harness import (
-        DECLARED_TRUTH_READERS,
         HarnessConfig,
         reconstruct_cell,
+        truth_door,
     )
-    from real2sim2real_ros.core.truth import TruthDoor
     from real2sim2real_ros.core.world import make_world
     spec = load_cell_spec(str(out_dir / 'cells' / f"{cell['name']}.yaml"))
     cfg = HarnessConfig(seed=run_config['seed'], capture_views=run_config['capture_views'],
                         reseed_noise=run_config['reseed_noise'])
-    door = TruthDoor(strict=True)
-    for reader, why in DECLARED_TRUTH_READERS.items():
-        door.declare(reader, why)
-    world = make_world(spec, None, truth=door,
+    world = make_world(spec, None, truth=truth_door(),
                        noise_seed=cfg.seed if cfg.reseed_noise else None)
     try:
         rec = reconstruct_cell(world, cfg, out_dir / cell['name'] / 'reconstruction', robot)
@@ -169,12 +155,12 @@ def cell_rows(cell: dict, out_dir: Path, robot, start: dict, opts: RefitOptions,
             'recorded_rms_mm': {k: 1e3 * v for k, v in recorded.items() if k != 'deployments'},
             'reproduced': all(abs(rms[k] - recorded[k]) < 1e-4 for k in ('nominal', 'identified',
                                                                   'refitted')),
-            'p_refitted_worse': _test(misses['refitted'], misses['nominal']),
-            'p_identified_worse': _test(misses['identified'], misses['nominal']),
-            'p_true_values_worse': _test(misses['true_values'], misses['nominal']),
-            'p_refitted_worse_than_true_values': _test(misses['refitted'],
+            'p_refitted_worse': paired_p_worse(misses['refitted'], misses['nominal']),
+            'p_identified_worse': paired_p_worse(misses['identified'], misses['nominal']),
+            'p_true_values_worse': paired_p_worse(misses['true_values'], misses['nominal']),
+            'p_refitted_worse_than_true_values': paired_p_worse(misses['refitted'],
                                                        misses['true_values']),
-            'p_refitted_better': _test(misses['nominal'], misses['refitted'])}
+            'p_refitted_better': paired_p_worse(misses['nominal'], misses['refitted'])}
 
 
 def main():

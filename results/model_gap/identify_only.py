@@ -34,16 +34,15 @@ import yaml
 from real2sim2real_ros.core.cell_spec import load_cell_spec
 from real2sim2real_ros.core.controller_config import cell_controller_config
 from real2sim2real_ros.core.evaluation.harness import (
-    DECLARED_TRUTH_READERS,
     HarnessConfig,
     reconstruct_cell,
+    truth_door,
 )
 from real2sim2real_ros.core.evaluation.identification import (
     identification_config_path,
     identify_cell,
 )
 from real2sim2real_ros.core.robot_description import default_cell_urdf, load_robot
-from real2sim2real_ros.core.truth import TruthDoor
 from real2sim2real_ros.core.world import make_world
 
 
@@ -84,10 +83,7 @@ def main():
     cfg = HarnessConfig(seed=args.seed, nthread=1,
                         identification_config=config_with(strike, folder, args.config))
     robot = load_robot(default_cell_urdf())
-    door = TruthDoor(strict=True)
-    for reader, why in DECLARED_TRUTH_READERS.items():
-        door.declare(reader, why)
-    world = make_world(spec, None, truth=door)
+    world = make_world(spec, None, truth=truth_door())
     t0 = time.perf_counter()
     try:
         recon = reconstruct_cell(world, cfg, folder / 'reconstruction', robot)

@@ -42,7 +42,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 __all__ = ['Deployment', 'RefitOptions', 'RefitResult', 'RestResiduals', 'deploy',
-           'miss_per_deployment', 'miss_rms', 'refit', 'residual_success', 'rest_residuals']
+           'miss_per_deployment', 'miss_rms', 'paired_p_worse', 'refit', 'residual_success',
+           'rest_residuals']
 
 
 @dataclass
@@ -285,6 +286,17 @@ def miss_rms(task, twin, deployments: list[Deployment], options: RefitOptions | 
     """The RMS of the capped misses (m) of ``twin``'s predictions of ``deployments``, the
     refit's measure: e.g. a twin's error on deployments it was not fitted to."""
     return float(_rms(miss_per_deployment(task, twin, deployments, options)))
+
+
+def paired_p_worse(worse, better) -> float:
+    """One-sided paired Wilcoxon signed-rank p of "``worse`` misses by more than ``better``"
+    (two twins' :func:`miss_per_deployment` on the same deployments); 1.0 where they never
+    differ by more than 1e-12 m."""
+    from scipy.stats import wilcoxon
+    a, b = np.asarray(worse, float), np.asarray(better, float)
+    if not np.any(np.abs(a - b) > 1e-12):
+        return 1.0
+    return float(wilcoxon(a, b, alternative='greater').pvalue)
 
 
 def refit(task, twin, deployments: list[Deployment], object_id: str, mass: float,

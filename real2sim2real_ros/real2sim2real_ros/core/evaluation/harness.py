@@ -146,6 +146,26 @@ def _twin_name(cell_name: str, object_map: dict) -> str:
 
 
 # ------------------------------------------------------------------------ stages
+def truth_door(strict: bool = True):
+    """A cell's TruthDoor with the harness's DECLARED_TRUTH_READERS declared (``strict``:
+    a read outside them fails the stage)."""
+    from ..truth import TruthDoor
+    door = TruthDoor(strict=strict)
+    for reader, reason in DECLARED_TRUTH_READERS.items():
+        door.declare(reader, reason)
+    return door
+
+
+def flagged_estimates(ident: dict, names) -> set[str]:
+    """The estimates among ``names`` that the twins take at their priors: those the arm fit
+    left at a bound (``ident['arm_fit_at_bound']``) and, when its residuals spiked
+    (contact), every name without '/object/' in it."""
+    flagged = set(ident.get('arm_fit_at_bound') or [])
+    if ident.get('arm_fit_spikes'):
+        flagged |= {n for n in names if '/object/' not in n}
+    return flagged
+
+
 def reconstruct_cell(world, cfg: HarnessConfig, out_dir: Path, robot=None) -> dict:
     """Reconstruction from a capture sweep of ``world``'s cell; scored against its truth."""
     from ..reconstruction import ReconstructionConfig, metrics, reconstruct
@@ -241,7 +261,6 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     from ..policies.stage import train_stage
     from ..robot_description import default_cell_urdf, load_robot
     from ..tasks.worlds import CellWorld, TwinWorld
-    from ..truth import TruthDoor
     from ..world import make_world
     torch.set_num_threads(1)
     from ..controller_config import cell_controller_config
@@ -261,9 +280,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
         controller_config = cell_controller_config(spec)    # the lab's, for the spec's arm
     say = progress or (lambda *a: None)
     seconds: dict[str, float] = {}
-    door = TruthDoor(strict=cfg.strict_truth)
-    for reader, reason in DECLARED_TRUTH_READERS.items():
-        door.declare(reader, reason)
+    door = truth_door(cfg.strict_truth)
     world = make_world(spec, cfg.robot_urdf, truth=door,
                        noise_seed=cfg.seed if cfg.reseed_noise else None)
     with door.scoring():
@@ -327,9 +344,7 @@ def evaluate_cell(spec, cfg: HarnessConfig, out_dir: str | Path, progress=None) 
     # residuals spike: contact) keep their priors: a flagged fit is reported, never silently
     # used. The object's estimates are used as fitted (its 'identified' marks a wide
     # interval, not a flag).
-    flagged = set(ident.get('arm_fit_at_bound') or [])
-    if ident.get('arm_fit_spikes'):
-        flagged |= {e.name for e in ps if '/object/' not in e.name}
+    flagged = flagged_estimates(ident, [e.name for e in ps])
     used = {e.name: e.prior if e.name in flagged else e.value for e in ps}
     # The goals the expert reaches on the identified object (evaluation/goals.py): every
     # policy trains and is evaluated on that distribution; the identified twins' expert
@@ -865,7 +880,7 @@ def _deployment_heldout(rounds: list[dict]) -> dict:
     misses (runs since stop 57), per round the one-sided paired Wilcoxon signed-rank p of
     'misses by more than the prior' and the rounds where it is below HELDOUT_ALPHA: ten
     deployments resolve a real difference, not one of a few mm."""
-    from scipy.stats import wilcoxon
+    from .deployment_refit import paired_p_worse
     held = [r['heldout_rms_m'] for r in rounds]
     n = np.array([h['deployments'] for h in held], float)
     pooled = {k: float(np.sqrt(np.sum(n * np.array([h[k] for h in held]) ** 2) / n.sum()))
@@ -877,13 +892,8 @@ def _deployment_heldout(rounds: list[dict]) -> dict:
            'identified_below_nominal': sum(h['identified'] < h['nominal'] for h in held)}
     paired = [r['heldout_miss_m'] for r in rounds if 'heldout_miss_m' in r]
     if len(paired) == len(rounds):
-        def p_worse(m, k):
-            a, b = np.asarray(m[k]), np.asarray(m['nominal'])
-            if not np.any(np.abs(a - b) > 1e-12):
-                return 1.0
-            return float(wilcoxon(a, b, alternative='greater').pvalue)
         for k in ('refitted', 'identified'):
-            p = [p_worse(m, k) for m in paired]
+            p = [paired_p_worse(m[k], m['nominal']) for m in paired]
             out[f'p_{k}_worse_than_nominal'] = p
             out[f'{k}_significantly_worse'] = sum(v < HELDOUT_ALPHA for v in p)
     return out
